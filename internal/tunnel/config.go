@@ -1,0 +1,117 @@
+package tunnel
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
+)
+
+// Config tunes a session. A nil *Config means DefaultConfig().
+type Config struct {
+	// Node is this gateway's identity, sent in HELLO and used in the peer's logs and metrics.
+	Node string
+	// Codecs are the codec ids this side can decode (0, identity, is always implied).
+	Codecs []uint8
+	// MaxFrame is the largest frame payload this side accepts (default 64 KiB).
+	MaxFrame uint32
+	// FrameData is the most message bytes a sender puts in one DATA frame (default 16 KiB).
+	// Smaller frames interleave streams more finely; larger ones cost fewer headers.
+	FrameData int
+	// StreamWindow is the receive window per stream (default 256 KiB).
+	StreamWindow uint32
+	// MaxStreams is how many concurrent peer-opened streams this side accepts (default 256).
+	MaxStreams uint32
+	// HandshakeTimeout bounds the exchange of HELLO frames (default 10 s).
+	HandshakeTimeout time.Duration
+	// KeepaliveInterval is how often a PING is sent (default 15 s; 0 disables keepalive).
+	KeepaliveInterval time.Duration
+	// KeepaliveTimeout closes the session when the peer has been silent this long after a
+	// PING (default 10 s).
+	KeepaliveTimeout time.Duration
+	// WriteTimeout bounds one flush of the connection (default 30 s): a peer that stops
+	// reading must not hold every stream forever.
+	WriteTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() *Config {
+	return &Config{
+		Node:              "soapgw",
+		MaxFrame:          64 << 10,
+		FrameData:         16 << 10,
+		StreamWindow:      256 << 10,
+		MaxStreams:        256,
+		HandshakeTimeout:  10 * time.Second,
+		KeepaliveInterval: 15 * time.Second,
+		KeepaliveTimeout:  10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+	}
+}
+
+// withDefaults returns a copy of c with zero fields set to their defaults.
+func (c *Config) withDefaults() *Config {
+	d := DefaultConfig()
+	if c == nil {
+		return d
+	}
+	out := *c
+	if out.Node == "" {
+		out.Node = d.Node
+	}
+	if out.MaxFrame == 0 {
+		out.MaxFrame = d.MaxFrame
+	}
+	if out.FrameData == 0 {
+		out.FrameData = d.FrameData
+	}
+	if out.StreamWindow == 0 {
+		out.StreamWindow = d.StreamWindow
+	}
+	if out.MaxStreams == 0 {
+		out.MaxStreams = d.MaxStreams
+	}
+	if out.HandshakeTimeout == 0 {
+		out.HandshakeTimeout = d.HandshakeTimeout
+	}
+	if out.KeepaliveTimeout == 0 {
+		out.KeepaliveTimeout = d.KeepaliveTimeout
+	}
+	if out.WriteTimeout == 0 {
+		out.WriteTimeout = d.WriteTimeout
+	}
+	return &out
+}
+
+// Validate checks fields against each other; errors name the field.
+func (c *Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.MaxFrame < 1024 || c.MaxFrame > frame.MaxPayload:
+		return fmt.Errorf("tunnel config: MaxFrame %d outside [1024, %d]", c.MaxFrame, frame.MaxPayload)
+	case c.FrameData < 512:
+		return fmt.Errorf("tunnel config: FrameData %d below 512", c.FrameData)
+	case c.StreamWindow < c.MaxFrame || c.StreamWindow > 1<<30:
+		return fmt.Errorf("tunnel config: StreamWindow %d outside [MaxFrame=%d, 2^30]", c.StreamWindow, c.MaxFrame)
+	case c.KeepaliveInterval < 0 || c.KeepaliveTimeout < 0 || c.HandshakeTimeout < 0 || c.WriteTimeout < 0:
+		return fmt.Errorf("tunnel config: negative timeout")
+	}
+	return nil
+}
+
+func (c *Config) hello() frame.Hello {
+	codecs := []uint8{0}
+	for _, id := range c.Codecs {
+		if id != 0 {
+			codecs = append(codecs, id)
+		}
+	}
+	return frame.Hello{
+		Proto:      frame.Proto,
+		Node:       c.Node,
+		Codecs:     codecs,
+		MaxFrame:   c.MaxFrame,
+		Window:     c.StreamWindow,
+		MaxStreams: c.MaxStreams,
+	}
+}

@@ -1,0 +1,30 @@
+// Package tunnel multiplexes many SOAP exchanges over a few persistent connections between
+// an edge and an origin gateway.
+//
+// Why: the unmodified clients soapgw sits beside open a TCP connection per call (HTTP/1.0)
+// and so pay a handshake, slow start and a teardown per call; on a lossy link a lost SYN
+// costs a second. The tunnel keeps a small number of connections up for good and carries
+// each exchange as a stream on one of them, so an exchange costs one round trip.
+//
+// Shape (after hashicorp/yamux and xtaci/smux, with the wire format in package frame):
+//
+//	           Stream.Write ──► per-stream frames ──┐
+//	           Stream.Write ──► per-stream frames ──┼─► round-robin ─► sendLoop ─► bufio ─► conn
+//	control (PING, WINDOW_UPDATE, RST, GOAWAY) ─────┘   (control first)
+//
+//	conn ─► bufio ─► recvLoop ─► CRC-32C check ─► Stream buffer ─► Stream.Read
+//	                          └► PING ack, windows, RST, GOAWAY
+//
+// Every connection has exactly one writer goroutine (sendLoop) and one reader (recvLoop);
+// keepaliveLoop measures RTT. They are started by the Session constructor and stopped by
+// Close, which is idempotent and waits for them. A large message is cut into frames and the
+// writer takes one frame per stream in turn, so a 20 MB response never holds a 1 KB one
+// behind it. Each stream direction has a credit window, so memory per connection is bounded
+// by MaxStreams × StreamWindow whatever the peer does.
+//
+// Each message ends with the CRC-32C of its bytes; the receiver checks it before it releases
+// the message's last bytes, so a corrupted message is never completed downstream.
+//
+// Peer keeps Connections sessions up to one remote gateway, reconnecting with jittered
+// exponential backoff; Server accepts them on the origin side.
+package tunnel

@@ -1,0 +1,276 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+)
+
+// PeerConfig describes one remote gateway the edge keeps tunnels to.
+type PeerConfig struct {
+	Name        string        // peer name from the configuration, used in logs and metrics
+	Address     string        // host:port of the peer's tunnel listener
+	Connections int           // sessions kept up (default 2)
+	DialTimeout time.Duration // per connection attempt, handshake included (default 5 s)
+	BackoffMin  time.Duration // first reconnect delay (default 50 ms)
+	BackoffMax  time.Duration // reconnect delay ceiling (default 5 s)
+	Session     *Config
+	// Dial opens the transport connection; nil means TCP via net.Dialer.
+	Dial func(ctx context.Context, address string) (net.Conn, error)
+}
+
+// Peer keeps Connections sessions up to one remote gateway and spreads streams over them.
+// Each slot has its own goroutine that dials, runs the session until it dies and redials
+// with jittered exponential backoff, so a flapping link never produces a reconnect storm.
+type Peer struct {
+	cfg PeerConfig
+	m   *Metrics
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	sessions []*Session
+	changed  chan struct{} // closed and replaced whenever sessions changes
+	lastErr  error
+}
+
+// NewPeer starts the connection slots; they run until Close or until ctx is cancelled.
+func NewPeer(ctx context.Context, cfg PeerConfig, m *Metrics, log *slog.Logger) *Peer {
+	if cfg.Connections <= 0 {
+		cfg.Connections = 2
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 50 * time.Millisecond
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = max(5*time.Second, cfg.BackoffMin)
+	}
+	if cfg.Dial == nil {
+		d := &net.Dialer{KeepAlive: 30 * time.Second}
+		cfg.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Peer{cfg: cfg, m: m, log: log.With("peer", cfg.Name, "address", cfg.Address), changed: make(chan struct{})}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	for i := range cfg.Connections {
+		p.wg.Add(1)
+		go p.maintain(i)
+	}
+	return p
+}
+
+// Name is the configured peer name.
+func (p *Peer) Name() string { return p.cfg.Name }
+
+// Ready reports whether at least one session is up and not draining.
+func (p *Peer) Ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.sessions {
+		if !s.Draining() && s.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// RTT is the smallest keepalive RTT among live sessions (0 if unknown).
+func (p *Peer) RTT() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best time.Duration
+	for _, s := range p.sessions {
+		if r := s.RTT(); r > 0 && (best == 0 || r < best) {
+			best = r
+		}
+	}
+	return best
+}
+
+// OpenStream opens a stream on the least loaded live session. When none is up it waits for
+// one until ctx is done or DialTimeout passes, then fails with ErrNoPeer and the last dial
+// error, so a client learns at once that the origin is unreachable rather than hanging.
+func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
+	wait := time.NewTimer(p.cfg.DialTimeout)
+	defer wait.Stop()
+	for {
+		p.mu.Lock()
+		changed := p.changed
+		cands := make([]*Session, 0, len(p.sessions))
+		for _, s := range p.sessions {
+			if !s.Draining() && s.Err() == nil {
+				cands = append(cands, s)
+			}
+		}
+		lastErr := p.lastErr
+		p.mu.Unlock()
+		for len(cands) > 0 {
+			best := 0
+			bestN := cands[0].NumStreams()
+			for i := 1; i < len(cands); i++ {
+				if n := cands[i].NumStreams(); n < bestN {
+					best, bestN = i, n
+				}
+			}
+			st, err := cands[best].OpenStream(ctx)
+			if err == nil {
+				return st, nil
+			}
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			cands = append(cands[:best], cands[best+1:]...)
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, p.unavailable(ctx.Err(), lastErr)
+		case <-wait.C:
+			return nil, p.unavailable(nil, lastErr)
+		case <-p.ctx.Done():
+			return nil, p.unavailable(ErrSessionClosed, lastErr)
+		}
+	}
+}
+
+func (p *Peer) unavailable(why, lastErr error) error {
+	switch {
+	case lastErr != nil && why != nil:
+		return fmt.Errorf("%w: %w (%w)", ErrNoPeer, lastErr, why)
+	case lastErr != nil:
+		return fmt.Errorf("%w: %w", ErrNoPeer, lastErr)
+	case why != nil:
+		return fmt.Errorf("%w: no connection up: %w", ErrNoPeer, why)
+	}
+	return fmt.Errorf("%w: no connection up", ErrNoPeer)
+}
+
+func (p *Peer) sessionsSnapshot() []*Session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*Session(nil), p.sessions...)
+}
+
+// Close stops reconnecting and closes every session.
+func (p *Peer) Close() error {
+	p.cancel()
+	for _, s := range p.sessionsSnapshot() {
+		_ = s.Close()
+	}
+	p.wg.Wait()
+	return nil
+}
+
+func (p *Peer) setSessions(f func([]*Session) []*Session, err error) {
+	p.mu.Lock()
+	p.sessions = f(p.sessions)
+	if err != nil {
+		p.lastErr = err
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	p.mu.Unlock()
+}
+
+func (p *Peer) remove(s *Session) {
+	p.setSessions(func(ss []*Session) []*Session {
+		out := ss[:0]
+		for _, x := range ss {
+			if x != s {
+				out = append(out, x)
+			}
+		}
+		return out
+	}, nil)
+}
+
+// maintain keeps one connection slot up until the peer is closed.
+func (p *Peer) maintain(slot int) {
+	defer p.wg.Done()
+	backoff := p.cfg.BackoffMin
+	failures := 0
+	for p.ctx.Err() == nil {
+		s, err := p.connect()
+		if err != nil {
+			p.m.dial(p.cfg.Name, false)
+			p.setSessions(func(ss []*Session) []*Session { return ss }, err)
+			failures++
+			if failures == 1 || failures%20 == 0 {
+				p.log.Warn("tunnel connect failed", "slot", slot, "attempts", failures, "err", err)
+			}
+			// Full jitter: sleep a random time in [backoff/2, backoff) so that many edges
+			// restarting together do not reconnect in lockstep.
+			d := backoff/2 + rand.N(backoff/2+1)
+			backoff = min(backoff*2, p.cfg.BackoffMax)
+			select {
+			case <-time.After(d):
+			case <-p.ctx.Done():
+				return
+			}
+			continue
+		}
+		p.m.dial(p.cfg.Name, true)
+		if failures > 0 {
+			p.log.Info("tunnel reconnected", "slot", slot, "after_attempts", failures, "peer_node", s.Peer().Node)
+		} else {
+			p.log.Debug("tunnel connected", "slot", slot, "peer_node", s.Peer().Node)
+		}
+		failures, backoff = 0, p.cfg.BackoffMin
+		p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
+		select {
+		case <-s.Done():
+			p.remove(s)
+			if p.ctx.Err() == nil {
+				p.log.Warn("tunnel connection lost", "slot", slot, "err", s.Err())
+			}
+		case <-s.GoAwayReceived():
+			// The peer is draining (restart, shutdown). Replace the session now; the old
+			// one finishes its streams and is forgotten when it closes.
+			p.log.Info("tunnel peer going away; reconnecting", "slot", slot)
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				select {
+				case <-s.Done():
+				case <-p.ctx.Done():
+					_ = s.Close()
+				}
+				p.remove(s)
+			}()
+		case <-p.ctx.Done():
+			_ = s.Close()
+			p.remove(s)
+			return
+		}
+	}
+}
+
+func (p *Peer) connect() (*Session, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)
+	defer cancel()
+	conn, err := p.cfg.Dial(ctx, p.cfg.Address)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ClientSession(ctx, conn, p.cfg.Session, p.m, p.cfg.Name)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("%w (within %s)", err, p.cfg.DialTimeout)
+		}
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,655 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
+)
+
+// Session is one tunnel connection: many streams over one net.Conn.
+type Session struct {
+	conn   net.Conn
+	cfg    *Config
+	client bool // dialing side: opens odd stream ids
+	local  frame.Hello
+	peer   frame.Hello
+	m      *sessionMetrics
+
+	br *bufio.Reader
+	bw *bufio.Writer
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+
+	mu         sync.Mutex
+	streams    map[uint32]*Stream
+	nextID     uint32 // next id this side assigns
+	lastPeerID uint32 // highest stream id the peer opened and we accepted
+	goAwaySent bool
+	goAwayRecv bool
+	goAwayLast uint32
+	ctrlQ      [][]byte  // control frames, written before any DATA
+	ring       []*Stream // streams with pending DATA frames, served one frame each in turn
+	ringHead   int
+	numOpen    int // streams opened by this side and not yet finished
+
+	wsignal  chan struct{} // wakes sendLoop; capacity 1
+	acceptCh chan *Stream
+
+	goAwayCh    chan struct{} // closed when the peer sends GOAWAY
+	lastRecv    atomic.Int64  // unix nanos of the last frame received
+	rtt         atomic.Int64  // nanos, last measured
+	pingSent    atomic.Int64  // unix nanos of the outstanding PING, 0 if none
+	streamsDone chan struct{}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10+64); return &b }}
+
+func getBuf() []byte  { return (*bufPool.Get().(*[]byte))[:0] }
+func putBuf(b []byte) { b = b[:0]; bufPool.Put(&b) }
+func (s *Session) String() string {
+	return fmt.Sprintf("session(%s->%s %s)", s.conn.LocalAddr(), s.conn.RemoteAddr(), s.peer.Node)
+}
+
+// ClientSession runs the handshake on conn as the dialing side and returns a running session.
+func ClientSession(ctx context.Context, conn net.Conn, cfg *Config, m *Metrics, peerLabel string) (*Session, error) {
+	return newSession(ctx, conn, cfg, true, m, peerLabel)
+}
+
+// ServerSession runs the handshake on conn as the accepting side and returns a running session.
+func ServerSession(ctx context.Context, conn net.Conn, cfg *Config, m *Metrics) (*Session, error) {
+	return newSession(ctx, conn, cfg, false, m, "")
+}
+
+func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m *Metrics, peerLabel string) (*Session, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		// Frames are batched by sendLoop; Nagle would only add delay (seed 003 §6.5).
+		_ = tc.SetNoDelay(true)
+	}
+	s := &Session{
+		conn:        conn,
+		cfg:         cfg,
+		client:      client,
+		local:       cfg.hello(),
+		br:          bufio.NewReaderSize(conn, 64<<10),
+		bw:          bufio.NewWriterSize(conn, 64<<10),
+		streams:     make(map[uint32]*Stream),
+		wsignal:     make(chan struct{}, 1),
+		acceptCh:    make(chan *Stream, cfg.MaxStreams),
+		streamsDone: make(chan struct{}),
+		goAwayCh:    make(chan struct{}),
+	}
+	if client {
+		s.nextID = 1
+	} else {
+		s.nextID = 2
+	}
+	if err := s.handshake(ctx); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	if peerLabel == "" {
+		peerLabel = s.peer.Node
+	}
+	s.m = m.session(peerLabel)
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.lastRecv.Store(time.Now().UnixNano())
+	s.m.up.Inc()
+	s.wg.Add(2)
+	go s.recvLoop()
+	go s.sendLoop()
+	if cfg.KeepaliveInterval > 0 {
+		s.wg.Add(1)
+		go s.keepaliveLoop()
+	}
+	return s, nil
+}
+
+// handshake sends our HELLO and reads the peer's, both bounded by HandshakeTimeout or ctx.
+func (s *Session) handshake(ctx context.Context) error {
+	dl := time.Now().Add(s.cfg.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	_ = s.conn.SetDeadline(dl)
+	defer s.conn.SetDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	payload := frame.AppendHello(nil, s.local)
+	b := frame.Header{Length: uint32(len(payload)), Type: frame.TypeHello}.Append(nil)
+	// Write concurrently with the read: on a synchronous conn (net.Pipe) both sides
+	// writing first would deadlock.
+	werr := make(chan error, 1)
+	go func() { _, err := s.conn.Write(append(b, payload...)); werr <- err }()
+	if err := s.readHello(); err != nil {
+		return err
+	}
+	if err := <-werr; err != nil {
+		return fmt.Errorf("%w: send hello: %w", ErrHandshake, err)
+	}
+	return s.checkPeer()
+}
+
+func (s *Session) readHello() error {
+	var hb [frame.HeaderLen]byte
+	if _, err := io.ReadFull(s.br, hb[:]); err != nil {
+		return fmt.Errorf("%w: read hello: %w", ErrHandshake, err)
+	}
+	h, err := frame.ParseHeader(hb[:], frame.MaxHello)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	if h.Type != frame.TypeHello {
+		return fmt.Errorf("%w: first frame is %s, not HELLO (is the peer a soapgw tunnel port?)", ErrHandshake, h.Type)
+	}
+	p := make([]byte, h.Length)
+	if _, err := io.ReadFull(s.br, p); err != nil {
+		return fmt.Errorf("%w: read hello: %w", ErrHandshake, err)
+	}
+	peer, err := frame.ParseHello(p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	s.peer = peer
+	return nil
+}
+
+func (s *Session) checkPeer() error {
+	peer := s.peer
+	if peer.Proto != frame.Proto {
+		reason := fmt.Sprintf("protocol version %d, want %d", peer.Proto, frame.Proto)
+		g := frame.AppendGoAway(nil, 0, frame.CodeProtocol, reason)
+		_, _ = s.conn.Write(append(frame.Header{Length: uint32(len(g)), Type: frame.TypeGoAway}.Append(nil), g...))
+		return fmt.Errorf("%w: peer %q speaks %s", ErrHandshake, peer.Node, reason)
+	}
+	return nil
+}
+
+// Peer returns the peer's HELLO.
+func (s *Session) Peer() frame.Hello { return s.peer }
+
+// PeerSupports reports whether the peer announced it can decode codec id.
+func (s *Session) PeerSupports(id uint8) bool {
+	for _, c := range s.peer.Codecs {
+		if c == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Context is cancelled when the session closes; context.Cause gives the reason.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// RTT is the round-trip time measured by the last keepalive PING (0 before the first).
+func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
+
+// NumStreams is the number of streams in progress.
+func (s *Session) NumStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams) + s.numOpen
+}
+
+// Draining reports whether either side announced GOAWAY.
+func (s *Session) Draining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.goAwayRecv || s.goAwaySent
+}
+
+// LocalAddr and RemoteAddr of the underlying connection.
+func (s *Session) LocalAddr() net.Addr  { return s.conn.LocalAddr() }
+func (s *Session) RemoteAddr() net.Addr { return s.conn.RemoteAddr() }
+
+// OpenStream starts a new exchange. No frame is sent until the first Write/CloseWrite.
+func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := context.Cause(s.ctx); err != nil {
+		return nil, &refusedError{fmt.Errorf("%w: %w", ErrSessionClosed, err)}
+	}
+	if s.goAwayRecv {
+		return nil, &refusedError{ErrGoAway}
+	}
+	if uint32(len(s.streams)+s.numOpen) >= s.peer.MaxStreams {
+		return nil, &refusedError{ErrStreamLimit}
+	}
+	s.numOpen++
+	return newStream(s, 0, s.peer.Window), nil
+}
+
+// AcceptStream waits for the next stream the peer opens.
+func (s *Session) AcceptStream(ctx context.Context) (*Stream, error) {
+	select {
+	case st := <-s.acceptCh:
+		return st, nil
+	case <-s.ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrSessionClosed, context.Cause(s.ctx))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// GoAway tells the peer this side accepts no new streams; streams already accepted go on.
+func (s *Session) GoAway(code frame.Code, reason string) {
+	s.mu.Lock()
+	if s.goAwaySent {
+		s.mu.Unlock()
+		return
+	}
+	s.goAwaySent = true
+	last := s.lastPeerID
+	s.mu.Unlock()
+	s.sendControl(frame.TypeGoAway, 0, 0, frame.AppendGoAway(nil, last, code, reason))
+}
+
+// Close closes the session and waits for its goroutines. Streams in progress fail with
+// ErrSessionClosed. Close is idempotent.
+func (s *Session) Close() error {
+	s.closeWithError(ErrSessionClosed)
+	s.wg.Wait()
+	return nil
+}
+
+// Done is closed when the session is closed.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// GoAwayReceived is closed when the peer announced it takes no new streams.
+func (s *Session) GoAwayReceived() <-chan struct{} { return s.goAwayCh }
+
+// Err is why the session closed, or nil while it is open.
+func (s *Session) Err() error { return context.Cause(s.ctx) }
+
+// closeWithError tears the session down once; safe from any goroutine, including the loops.
+func (s *Session) closeWithError(err error) {
+	s.once.Do(func() {
+		s.cancel(err)
+		_ = s.conn.Close()
+		s.m.up.Dec()
+		s.mu.Lock()
+		streams := make([]*Stream, 0, len(s.streams))
+		for _, st := range s.streams {
+			streams = append(streams, st)
+		}
+		s.streams = map[uint32]*Stream{}
+		s.mu.Unlock()
+		serr := fmt.Errorf("%w: %w", ErrSessionClosed, err)
+		if errors.Is(err, ErrSessionClosed) {
+			serr = err
+		}
+		for _, st := range streams {
+			st.fail(serr, false)
+		}
+	})
+}
+
+// sendControl queues a control frame ahead of all DATA.
+func (s *Session) sendControl(t frame.Type, fl frame.Flags, id uint32, payload []byte) {
+	b := getBuf()
+	b = frame.Header{Length: uint32(len(payload)), Type: t, Flags: fl, StreamID: id}.Append(b)
+	b = append(b, payload...)
+	s.mu.Lock()
+	s.ctrlQ = append(s.ctrlQ, b)
+	s.mu.Unlock()
+	s.wake()
+}
+
+func (s *Session) wake() {
+	select {
+	case s.wsignal <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueData hands a DATA frame of st to the writer. The first frame of a locally opened
+// stream gets its id here, under the same lock that appends it to the ring, so ids reach
+// the wire in increasing order as the peer requires.
+func (s *Session) enqueueData(st *Stream, build func(id uint32) []byte) error {
+	s.mu.Lock()
+	if err := context.Cause(s.ctx); err != nil {
+		s.mu.Unlock()
+		if st.id == 0 {
+			return &refusedError{fmt.Errorf("%w: %w", ErrSessionClosed, err)}
+		}
+		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	if st.id == 0 {
+		if s.goAwayRecv {
+			s.mu.Unlock()
+			return &refusedError{ErrGoAway}
+		}
+		st.id = s.nextID
+		s.nextID += 2
+		s.numOpen--
+		s.streams[st.id] = st
+		s.m.streams.Inc()
+	}
+	st.pending = append(st.pending, build(st.id))
+	if !st.inRing {
+		st.inRing = true
+		s.ring = append(s.ring, st)
+	}
+	s.mu.Unlock()
+	s.wake()
+	return nil
+}
+
+// next takes the queued control frames and at most one DATA frame, round-robin by stream.
+func (s *Session) next(ctrl [][]byte) ([][]byte, []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctrl = append(ctrl[:0], s.ctrlQ...)
+	clear(s.ctrlQ)
+	s.ctrlQ = s.ctrlQ[:0]
+	for s.ringHead < len(s.ring) {
+		st := s.ring[s.ringHead]
+		s.ring[s.ringHead] = nil
+		s.ringHead++
+		if len(st.pending) == 0 { // reset while queued
+			st.inRing = false
+			continue
+		}
+		data := st.pending[0]
+		st.pending[0] = nil
+		st.pending = st.pending[1:]
+		if len(st.pending) > 0 {
+			s.ring = append(s.ring, st)
+		} else {
+			st.pending = nil
+			st.inRing = false
+		}
+		if s.ringHead > 64 && s.ringHead*2 > len(s.ring) {
+			// Under constant load the ring never empties: compact it so it cannot grow.
+			n := copy(s.ring, s.ring[s.ringHead:])
+			clear(s.ring[n:])
+			s.ring, s.ringHead = s.ring[:n], 0
+		}
+		return ctrl, data
+	}
+	s.ring, s.ringHead = s.ring[:0], 0
+	return ctrl, nil
+}
+
+// sendLoop is the connection's only writer. It drains everything queued into the buffered
+// writer and flushes once the queues are empty, so frames of concurrent exchanges share
+// TCP segments and syscalls under load, while a lone exchange is flushed at once.
+func (s *Session) sendLoop() {
+	defer s.wg.Done()
+	var ctrl [][]byte
+	var data []byte
+	for {
+		select {
+		case <-s.wsignal:
+		case <-s.ctx.Done():
+			return
+		}
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		for {
+			ctrl, data = s.next(ctrl)
+			if len(ctrl) == 0 && data == nil {
+				break
+			}
+			for i, b := range ctrl {
+				if err := s.write(b); err != nil {
+					return
+				}
+				ctrl[i] = nil
+			}
+			if data != nil {
+				if err := s.write(data); err != nil {
+					return
+				}
+			}
+		}
+		if err := s.bw.Flush(); err != nil {
+			s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
+			return
+		}
+	}
+}
+
+func (s *Session) write(b []byte) error {
+	s.m.countFrame(&s.m.sent, b)
+	_, err := s.bw.Write(b)
+	putBuf(b)
+	if err != nil {
+		s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
+	}
+	return err
+}
+
+// recvLoop is the connection's only reader.
+func (s *Session) recvLoop() {
+	defer s.wg.Done()
+	var hb [frame.HeaderLen]byte
+	for {
+		if _, err := io.ReadFull(s.br, hb[:]); err != nil {
+			s.closeWithError(readErr(err))
+			return
+		}
+		h, err := frame.ParseHeader(hb[:], s.local.MaxFrame)
+		if err != nil {
+			s.protocolError(err)
+			return
+		}
+		var p []byte
+		if h.Length > 0 {
+			p = make([]byte, h.Length)
+			if _, err := io.ReadFull(s.br, p); err != nil {
+				s.closeWithError(readErr(err))
+				return
+			}
+		}
+		s.lastRecv.Store(time.Now().UnixNano())
+		s.m.received[min(int(h.Type), len(s.m.received)-1)].Inc()
+		s.m.bytesIn.Add(float64(frame.HeaderLen + len(p)))
+		if err := s.handle(h, p); err != nil {
+			s.protocolError(err)
+			return
+		}
+	}
+}
+
+func readErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("tunnel: peer closed the connection: %w", err)
+	}
+	return fmt.Errorf("tunnel: read: %w", err)
+}
+
+// protocolError tells the peer why the connection dies, then kills it.
+func (s *Session) protocolError(err error) {
+	code := frame.CodeProtocol
+	if errors.Is(err, errFlowControl) {
+		code = frame.CodeFlowControl
+	}
+	s.mu.Lock()
+	last := s.lastPeerID
+	s.mu.Unlock()
+	s.sendControl(frame.TypeGoAway, 0, 0, frame.AppendGoAway(nil, last, code, err.Error()))
+	// Give sendLoop a moment to put the GOAWAY on the wire; the reason helps operators.
+	time.AfterFunc(50*time.Millisecond, func() { s.closeWithError(fmt.Errorf("tunnel: protocol error: %w", err)) })
+}
+
+var errFlowControl = errors.New("flow control window exceeded")
+
+func (s *Session) handle(h frame.Header, p []byte) error {
+	switch h.Type {
+	case frame.TypeData:
+		return s.handleData(h, p)
+	case frame.TypeWindowUpdate:
+		incr, err := frame.ParseWindowUpdate(p)
+		if err != nil {
+			return err
+		}
+		if st := s.stream(h.StreamID); st != nil {
+			st.addSendWindow(int64(incr))
+		}
+	case frame.TypeRSTStream:
+		code, reason, err := frame.ParseRST(p)
+		if err != nil {
+			return err
+		}
+		if st := s.stream(h.StreamID); st != nil {
+			st.fail(&StreamError{Code: code, Reason: reason, Remote: true}, false)
+		}
+	case frame.TypePing:
+		v, err := frame.ParsePing(p)
+		if err != nil {
+			return err
+		}
+		if h.Flags.Has(frame.FlagAck) {
+			if sent := s.pingSent.Load(); sent != 0 && uint64(sent) == v {
+				rtt := time.Now().UnixNano() - sent
+				s.rtt.Store(rtt)
+				s.m.rtt.Observe(time.Duration(rtt).Seconds())
+				s.pingSent.Store(0)
+			}
+			return nil
+		}
+		s.sendControl(frame.TypePing, frame.FlagAck, 0, p)
+	case frame.TypeGoAway:
+		last, code, reason, err := frame.ParseGoAway(p)
+		if err != nil {
+			return err
+		}
+		s.handleGoAway(last, code, reason)
+	case frame.TypeHello:
+		return fmt.Errorf("%w: HELLO after handshake", frame.ErrBadPayload)
+	}
+	return nil // unknown types are ignored (SPEC.md)
+}
+
+func (s *Session) handleGoAway(last uint32, code frame.Code, reason string) {
+	s.mu.Lock()
+	if !s.goAwayRecv {
+		close(s.goAwayCh)
+	}
+	s.goAwayRecv = true
+	s.goAwayLast = last
+	var refused []*Stream
+	for id, st := range s.streams {
+		if id%2 == s.nextID%2 && id > last {
+			refused = append(refused, st)
+		}
+	}
+	s.mu.Unlock()
+	for _, st := range refused {
+		st.fail(&StreamError{Code: frame.CodeRefused, Reason: "peer going away", Remote: true}, false)
+	}
+	if code != frame.CodeNoError {
+		s.closeWithError(fmt.Errorf("tunnel: peer sent GOAWAY %s: %s", code, reason))
+	}
+}
+
+func (s *Session) stream(id uint32) *Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.streams[id]
+}
+
+func (s *Session) handleData(h frame.Header, p []byte) error {
+	if h.StreamID == 0 {
+		return fmt.Errorf("%w: DATA on stream 0", frame.ErrBadPayload)
+	}
+	s.mu.Lock()
+	st := s.streams[h.StreamID]
+	if st == nil {
+		peerParity := h.StreamID%2 != s.nextID%2
+		if !peerParity || h.StreamID <= s.lastPeerID {
+			// A late frame for a stream that is already finished or reset here.
+			s.mu.Unlock()
+			return nil
+		}
+		if !h.Flags.Has(frame.FlagStart) {
+			s.mu.Unlock()
+			return fmt.Errorf("%w: stream %d opened without START", frame.ErrBadPayload, h.StreamID)
+		}
+		s.lastPeerID = h.StreamID
+		refuse := s.goAwaySent || uint32(len(s.streams)) >= s.local.MaxStreams
+		if !refuse {
+			st = newStream(s, h.StreamID, s.peer.Window)
+			s.streams[h.StreamID] = st
+			select {
+			case s.acceptCh <- st:
+				s.m.streams.Inc()
+			default:
+				delete(s.streams, h.StreamID)
+				refuse = true
+			}
+		}
+		s.mu.Unlock()
+		if refuse {
+			s.sendControl(frame.TypeRSTStream, 0, h.StreamID, frame.AppendRST(nil, frame.CodeRefused, "stream refused"))
+			return nil
+		}
+	} else {
+		s.mu.Unlock()
+	}
+	return st.receive(h.Flags, p)
+}
+
+// removeStream forgets a finished stream.
+func (s *Session) removeStream(st *Stream) {
+	s.mu.Lock()
+	if st.id == 0 {
+		s.numOpen--
+	} else if s.streams[st.id] == st {
+		delete(s.streams, st.id)
+		s.m.streams.Dec()
+	}
+	s.mu.Unlock()
+}
+
+// keepaliveLoop sends a PING every KeepaliveInterval, measures RTT from its ACK, and closes
+// a session whose peer has been silent for KeepaliveTimeout after a PING.
+func (s *Session) keepaliveLoop() {
+	defer s.wg.Done()
+	tick := min(s.cfg.KeepaliveInterval, s.cfg.KeepaliveTimeout) / 2
+	t := time.NewTicker(max(tick, 10*time.Millisecond))
+	defer t.Stop()
+	lastPing := time.Now()
+	s.ping()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			sent := s.pingSent.Load()
+			silent := now.Sub(time.Unix(0, s.lastRecv.Load()))
+			if sent != 0 && now.Sub(time.Unix(0, sent)) > s.cfg.KeepaliveTimeout && silent > s.cfg.KeepaliveTimeout {
+				s.closeWithError(fmt.Errorf("%w: peer silent for %s", ErrKeepaliveTimeout, silent.Round(time.Millisecond)))
+				return
+			}
+			if sent == 0 && now.Sub(lastPing) >= s.cfg.KeepaliveInterval {
+				lastPing = now
+				s.ping()
+			}
+		}
+	}
+}
+
+func (s *Session) ping() {
+	now := time.Now().UnixNano()
+	s.pingSent.Store(now)
+	s.sendControl(frame.TypePing, 0, 0, frame.AppendPing(nil, uint64(now)))
+}

@@ -1,0 +1,433 @@
+package tunnel
+
+import (
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Stream is one exchange on a session: one message in each direction. It is safe to call
+// Read and Write from different goroutines, but not Write (or Read) from two at once.
+//
+// A message is written with Write (buffered up to one frame), optionally Flush (push what
+// is buffered now, for streaming), and CloseWrite (last frame, with the CRC-32C trailer).
+// Read returns the peer's message and io.EOF once its checksum has been verified.
+type Stream struct {
+	s  *Session
+	id uint32 // 0 until the first frame is queued (locally opened streams); guarded by s.mu
+
+	// Guarded by s.mu: the writer's queue of built frames.
+	pending [][]byte
+	inRing  bool
+
+	mu sync.Mutex
+
+	// receive side
+	chunks   []chunk
+	rstarted bool
+	rdone    bool
+	rcrc     uint32
+	rwindow  int64  // bytes the peer may still send
+	credit   uint32 // bytes consumed by Read and not yet returned with WINDOW_UPDATE
+	rerr     error
+	rsig     chan struct{}
+	codec    uint8
+
+	// send side
+	swindow  int64
+	ssig     chan struct{}
+	wbuf     []byte
+	sstarted bool
+	sdone    bool
+	scrc     uint32
+	werr     error
+	finished bool
+
+	readDL, writeDL *deadline
+}
+
+type chunk struct {
+	data   []byte
+	credit uint32 // window credit returned when data is fully read
+}
+
+func newStream(s *Session, id uint32, sendWindow uint32) *Stream {
+	return &Stream{
+		s:       s,
+		id:      id,
+		rwindow: int64(s.local.Window),
+		swindow: int64(sendWindow),
+		rsig:    make(chan struct{}, 1),
+		ssig:    make(chan struct{}, 1),
+		readDL:  newDeadline(),
+		writeDL: newDeadline(),
+	}
+}
+
+// ID is the stream id (0 for a locally opened stream that has sent nothing yet).
+func (st *Stream) ID() uint32 {
+	st.s.mu.Lock()
+	defer st.s.mu.Unlock()
+	return st.id
+}
+
+// Session is the session the stream belongs to.
+func (st *Stream) Session() *Session { return st.s }
+
+// SetDeadline sets both read and write deadlines.
+func (st *Stream) SetDeadline(t time.Time) error {
+	st.readDL.set(t)
+	st.writeDL.set(t)
+	return nil
+}
+
+// SetReadDeadline bounds Read.
+func (st *Stream) SetReadDeadline(t time.Time) error { st.readDL.set(t); return nil }
+
+// SetWriteDeadline bounds Write, Flush and CloseWrite (waiting for window credit).
+func (st *Stream) SetWriteDeadline(t time.Time) error { st.writeDL.set(t); return nil }
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// maxData is the most message bytes one frame carries: our FrameData, within the peer's
+// max_frame less room for the preamble and trailer.
+func (st *Stream) maxData() int {
+	n := st.s.cfg.FrameData
+	if lim := int(st.s.peer.MaxFrame) - 16; n > lim {
+		n = lim
+	}
+	return n
+}
+
+// Write buffers p into frames of the outgoing message.
+func (st *Stream) Write(p []byte) (int, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.werr != nil {
+		return 0, st.werr
+	}
+	if st.sdone {
+		return 0, ErrWriteClosed
+	}
+	limit := st.maxData()
+	if st.wbuf == nil {
+		st.wbuf = make([]byte, 0, min(limit, max(len(p), 512)))
+	}
+	written := 0
+	for len(p) > 0 {
+		n := min(limit-len(st.wbuf), len(p))
+		st.wbuf = append(st.wbuf, p[:n]...)
+		p = p[n:]
+		written += n
+		if len(st.wbuf) >= limit {
+			if err := st.emitLocked(false); err != nil {
+				return written - len(st.wbuf), err
+			}
+		}
+	}
+	return written, nil
+}
+
+// Flush sends what Write buffered without ending the message.
+func (st *Stream) Flush() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.werr != nil {
+		return st.werr
+	}
+	if st.sdone || len(st.wbuf) == 0 {
+		return nil
+	}
+	return st.emitLocked(false)
+}
+
+// CloseWrite ends the outgoing message: the last frame carries the CRC-32C trailer.
+func (st *Stream) CloseWrite() error {
+	st.mu.Lock()
+	if st.werr != nil {
+		st.mu.Unlock()
+		return st.werr
+	}
+	if st.sdone {
+		st.mu.Unlock()
+		return nil
+	}
+	if err := st.emitLocked(true); err != nil {
+		st.mu.Unlock()
+		return err
+	}
+	st.sdone = true
+	done := st.rdone
+	st.mu.Unlock()
+	if done {
+		st.finish()
+	}
+	return nil
+}
+
+// emitLocked turns wbuf into one DATA frame, waiting for window credit. st.mu is held.
+func (st *Stream) emitLocked(end bool) error {
+	var pre frame.Preamble // identity codec, epoch 0
+	size := len(st.wbuf)
+	start := !st.sstarted
+	if start {
+		size += pre.Len()
+	}
+	if end {
+		size += frame.TrailerLen
+	}
+	for st.swindow < int64(size) {
+		st.s.m.stalls.Inc()
+		st.mu.Unlock()
+		var err error
+		select {
+		case <-st.ssig:
+		case <-st.writeDL.wait():
+			err = ErrTimeout
+		case <-st.s.ctx.Done():
+		}
+		st.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if st.werr != nil {
+			return st.werr
+		}
+	}
+	st.swindow -= int64(size)
+	st.scrc = crc32.Update(st.scrc, castagnoli, st.wbuf)
+	var fl frame.Flags
+	if start {
+		fl |= frame.FlagStart
+	}
+	if end {
+		fl |= frame.FlagEnd
+	}
+	err := st.s.enqueueData(st, func(id uint32) []byte {
+		b := getBuf()
+		b = frame.Header{Length: uint32(size), Type: frame.TypeData, Flags: fl, StreamID: id}.Append(b)
+		if start {
+			b = pre.Append(b)
+		}
+		b = append(b, st.wbuf...)
+		if end {
+			b = frame.AppendTrailer(b, st.scrc)
+		}
+		return b
+	})
+	if err != nil {
+		st.werr = err
+		return err
+	}
+	st.sstarted = true
+	st.wbuf = st.wbuf[:0]
+	return nil
+}
+
+func (st *Stream) addSendWindow(n int64) {
+	st.mu.Lock()
+	st.swindow += n
+	st.mu.Unlock()
+	signal(st.ssig)
+}
+
+// receive takes one DATA frame from recvLoop. Errors it returns are connection errors.
+func (st *Stream) receive(fl frame.Flags, p []byte) error {
+	st.mu.Lock()
+	if st.rerr != nil {
+		st.mu.Unlock()
+		return nil // reset or failed locally; late frames are dropped
+	}
+	if st.rdone {
+		st.mu.Unlock()
+		return fmt.Errorf("%w: stream %d: DATA after END", frame.ErrBadPayload, st.id)
+	}
+	if int64(len(p)) > st.rwindow {
+		st.mu.Unlock()
+		return fmt.Errorf("%w: stream %d: %d bytes with window %d", errFlowControl, st.id, len(p), st.rwindow)
+	}
+	st.rwindow -= int64(len(p))
+	credit := uint32(len(p))
+	data := p
+	if fl.Has(frame.FlagStart) {
+		if st.rstarted {
+			st.mu.Unlock()
+			return fmt.Errorf("%w: stream %d: second START", frame.ErrBadPayload, st.id)
+		}
+		pre, rest, err := frame.ParsePreamble(data)
+		if err != nil {
+			st.mu.Unlock()
+			return err
+		}
+		st.rstarted = true
+		st.codec = pre.Codec
+		if pre.Codec != 0 {
+			st.mu.Unlock()
+			st.fail(&StreamError{Code: frame.CodeCodec, Reason: fmt.Sprintf("unknown codec id %d", pre.Codec)}, true)
+			return nil
+		}
+		data = rest
+	} else if !st.rstarted {
+		st.mu.Unlock()
+		return fmt.Errorf("%w: stream %d: DATA before START", frame.ErrBadPayload, st.id)
+	}
+	var want uint32
+	end := fl.Has(frame.FlagEnd)
+	if end {
+		var err error
+		if data, want, err = frame.ParseTrailer(data); err != nil {
+			st.mu.Unlock()
+			return err
+		}
+	}
+	st.rcrc = crc32.Update(st.rcrc, castagnoli, data)
+	if end && st.rcrc != want {
+		got := st.rcrc
+		st.mu.Unlock()
+		st.s.m.checksum.Inc()
+		// The last bytes were never released: the message cannot complete downstream.
+		st.fail(&ChecksumError{Want: want, Got: got}, false)
+		st.s.sendControl(frame.TypeRSTStream, 0, st.id, frame.AppendRST(nil, frame.CodeChecksum, "message checksum mismatch"))
+		return nil
+	}
+	if len(data) > 0 {
+		st.chunks = append(st.chunks, chunk{data: data, credit: credit})
+	} else {
+		st.credit += credit
+	}
+	finished := false
+	if end {
+		st.rdone = true
+		finished = st.sdone
+	}
+	st.mu.Unlock()
+	signal(st.rsig)
+	if finished {
+		st.finish()
+	}
+	return nil
+}
+
+// Read reads the peer's message. It returns io.EOF after the whole message arrived and
+// its checksum matched, a *ChecksumError if it did not, a *StreamError on reset.
+func (st *Stream) Read(b []byte) (int, error) {
+	for {
+		st.mu.Lock()
+		if len(st.chunks) > 0 {
+			n := 0
+			for n < len(b) && len(st.chunks) > 0 {
+				c := &st.chunks[0]
+				k := copy(b[n:], c.data)
+				n += k
+				c.data = c.data[k:]
+				if len(c.data) == 0 {
+					st.credit += c.credit
+					st.chunks[0] = chunk{}
+					st.chunks = st.chunks[1:]
+				}
+			}
+			var update uint32
+			if !st.rdone && st.credit >= st.s.local.Window/4 {
+				update, st.credit = st.credit, 0
+				st.rwindow += int64(update)
+			}
+			id := st.id
+			st.mu.Unlock()
+			if update > 0 {
+				st.s.sendControl(frame.TypeWindowUpdate, 0, id, frame.AppendWindowUpdate(nil, update))
+			}
+			return n, nil
+		}
+		if st.rerr != nil {
+			err := st.rerr
+			st.mu.Unlock()
+			return 0, err
+		}
+		if st.rdone {
+			st.mu.Unlock()
+			return 0, io.EOF
+		}
+		st.mu.Unlock()
+		select {
+		case <-st.rsig:
+		case <-st.readDL.wait():
+			return 0, ErrTimeout
+		}
+	}
+}
+
+// Reset aborts the stream in both directions and tells the peer why.
+func (st *Stream) Reset(code frame.Code, reason string) {
+	st.fail(&StreamError{Code: code, Reason: reason}, true)
+}
+
+// Close releases the stream. If either message is unfinished the stream is reset (CANCEL),
+// so the peer stops working on it.
+func (st *Stream) Close() error {
+	st.mu.Lock()
+	clean := st.sdone && st.rdone && st.rerr == nil && st.werr == nil
+	st.mu.Unlock()
+	if clean {
+		st.finish()
+		return nil
+	}
+	st.fail(&StreamError{Code: frame.CodeCancel, Reason: "closed before the exchange completed"}, true)
+	return nil
+}
+
+// fail records err on both directions (first error wins), wakes waiters, forgets the
+// stream and optionally sends RST_STREAM.
+func (st *Stream) fail(err error, sendRST bool) {
+	st.mu.Lock()
+	if st.rerr == nil && !(st.rdone && len(st.chunks) == 0 && isPeerReset(err)) {
+		st.rerr = err
+	}
+	if st.werr == nil {
+		st.werr = err
+	}
+	st.chunks = nil
+	st.mu.Unlock()
+	signal(st.rsig)
+	signal(st.ssig)
+	s := st.s
+	s.mu.Lock()
+	st.pending = nil
+	id := st.id
+	s.mu.Unlock()
+	st.finish()
+	if sendRST && id != 0 {
+		code := frame.CodeInternal
+		reason := err.Error()
+		if se, ok := err.(*StreamError); ok {
+			code, reason = se.Code, se.Reason
+		}
+		s.sendControl(frame.TypeRSTStream, 0, id, frame.AppendRST(nil, code, reason))
+	}
+}
+
+func isPeerReset(err error) bool {
+	se, ok := err.(*StreamError)
+	return ok && se.Remote
+}
+
+func (st *Stream) finish() {
+	st.mu.Lock()
+	if st.finished {
+		st.mu.Unlock()
+		return
+	}
+	st.finished = true
+	st.mu.Unlock()
+	st.s.removeStream(st)
+}
