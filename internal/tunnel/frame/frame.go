@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // HeaderLen is the size of every frame header on the wire.
@@ -79,7 +80,7 @@ func (h Header) String() string {
 	return fmt.Sprintf("%s stream=%d flags=0x%x len=%d", h.Type, h.StreamID, uint8(h.Flags), h.Length)
 }
 
-// Append appends the encoded header to dst. Length must be below MaxPayload and StreamID
+// Append appends the encoded header to dst. Length must be at most MaxPayload and StreamID
 // below 2^31; callers guarantee both, so this does not check.
 func (h Header) Append(dst []byte) []byte {
 	return append(dst,
@@ -137,9 +138,15 @@ func (c Code) String() string {
 // MaxReason bounds the UTF-8 reason carried by RST_STREAM and GOAWAY.
 const MaxReason = 256
 
+// clipReason cuts s to MaxReason bytes at a UTF-8 character boundary, so the reason stays
+// valid UTF-8 as SPEC.md requires.
 func clipReason(s string) string {
-	if len(s) > MaxReason {
-		return s[:MaxReason]
+	if len(s) <= MaxReason {
+		return s
 	}
-	return s
+	i := MaxReason
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }

@@ -1,18 +1,43 @@
 package frame
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
+
+// CodecIDs is a list of codec ids. It marshals as a JSON array of numbers, as SPEC.md says
+// (a plain []uint8 would become a base64 string).
+type CodecIDs []uint8
+
+// MarshalJSON writes the ids as a JSON array.
+func (c CodecIDs) MarshalJSON() ([]byte, error) {
+	if c == nil {
+		return []byte("null"), nil
+	}
+	b := make([]byte, 0, 2+4*len(c))
+	b = append(b, '[')
+	for i, id := range c {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d", id)
+	}
+	return append(b, ']'), nil
+}
+
+// MaxNode bounds the node name in HELLO.
+const MaxNode = 256
 
 // Hello is the handshake each side sends as its first frame.
 type Hello struct {
-	Proto      int     `json:"proto"`
-	Node       string  `json:"node"`
-	Codecs     []uint8 `json:"codecs"`
-	MaxFrame   uint32  `json:"max_frame"`
-	Window     uint32  `json:"window"`
-	MaxStreams uint32  `json:"max_streams"`
+	Proto      int      `json:"proto"`
+	Node       string   `json:"node"`
+	Codecs     CodecIDs `json:"codecs"`
+	MaxFrame   uint32   `json:"max_frame"`
+	Window     uint32   `json:"window"`
+	MaxStreams uint32   `json:"max_streams"`
 }
 
 // MaxHello bounds a HELLO payload.
@@ -20,8 +45,11 @@ const MaxHello = 4096
 
 // AppendHello appends h as a HELLO payload.
 func AppendHello(dst []byte, h Hello) []byte {
-	b, _ := json.Marshal(h) // a struct of plain fields cannot fail to marshal
-	return append(dst, b...)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(h) // a struct of plain fields cannot fail to marshal
+	return append(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
 }
 
 // ParseHello decodes and sanity-checks a HELLO payload.
@@ -32,6 +60,9 @@ func ParseHello(b []byte) (Hello, error) {
 	}
 	if err := json.Unmarshal(b, &h); err != nil {
 		return h, fmt.Errorf("%w: hello: %v", ErrBadPayload, err)
+	}
+	if len(h.Node) > MaxNode || !utf8.ValidString(h.Node) {
+		return h, fmt.Errorf("%w: hello node name is not UTF-8 of at most %d bytes", ErrBadPayload, MaxNode)
 	}
 	if h.MaxFrame < 1024 || h.MaxFrame > MaxPayload {
 		return h, fmt.Errorf("%w: hello max_frame %d outside [1024, %d]", ErrBadPayload, h.MaxFrame, MaxPayload)

@@ -1,0 +1,198 @@
+package frame_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
+)
+
+// specJSON is the HELLO example from SPEC.md.
+const specJSON = `{"proto":1,"node":"edge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256}`
+
+func specHello() frame.Hello {
+	return frame.Hello{Proto: 1, Node: "edge-1", Codecs: []uint8{0}, MaxFrame: 65536, Window: 262144, MaxStreams: 256}
+}
+
+// helloJSON renders a HELLO document by hand (codecs as a JSON array, as SPEC.md shows).
+func helloJSON(maxFrame, window, maxStreams uint64) string {
+	return fmt.Sprintf(`{"proto":1,"node":"n","codecs":[0,1],"max_frame":%d,"window":%d,"max_streams":%d}`,
+		maxFrame, window, maxStreams)
+}
+
+func TestParseHelloSpecExample(t *testing.T) {
+	h, err := frame.ParseHello([]byte(specJSON))
+	require.NoError(t, err)
+	require.Equal(t, specHello(), h)
+	require.Equal(t, frame.Proto, h.Proto)
+}
+
+func TestHelloRoundTrip(t *testing.T) {
+	tests := []frame.Hello{
+		specHello(),
+		{Proto: 1, Node: "origin-7", Codecs: []uint8{0, 1, 2, 255}, MaxFrame: 1024, Window: 1024, MaxStreams: 1},
+		{Proto: 1, Node: "", Codecs: nil, MaxFrame: frame.MaxPayload, Window: 1 << 30, MaxStreams: 1<<32 - 1},
+		{Proto: 1, Node: `quo"te\ <&> ünï`, Codecs: []uint8{}, MaxFrame: 4096, Window: 1 << 20, MaxStreams: 64},
+	}
+	for _, want := range tests {
+		b := frame.AppendHello(nil, want)
+		require.LessOrEqual(t, len(b), frame.MaxHello)
+		require.True(t, json.Valid(b), "%s", b)
+		got, err := frame.ParseHello(b)
+		require.NoError(t, err, "%s", b)
+		require.Equal(t, want, got, "%s", b)
+	}
+}
+
+func TestHelloMemberNames(t *testing.T) {
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(frame.AppendHello(nil, specHello()), &m))
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	require.ElementsMatch(t, []string{"proto", "node", "codecs", "max_frame", "window", "max_streams"}, keys)
+	require.JSONEq(t, `1`, string(m["proto"]))
+	require.JSONEq(t, `"edge-1"`, string(m["node"]))
+	require.JSONEq(t, `65536`, string(m["max_frame"]))
+	require.JSONEq(t, `262144`, string(m["window"]))
+	require.JSONEq(t, `256`, string(m["max_streams"]))
+}
+
+// TestAppendHelloCodecsIsJSONArray is the regression test for a wire-format bug: codecs
+// used to be marshalled as a base64 string ("AA==") where SPEC.md specifies a JSON array,
+// which only Go peers could read.
+func TestAppendHelloCodecsIsJSONArray(t *testing.T) {
+	b := frame.AppendHello(nil, specHello())
+	var m map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.JSONEq(t, `[0]`, string(m["codecs"]), "HELLO payload: %s", b)
+	require.JSONEq(t, specJSON, string(b))
+}
+
+func TestParseHelloLenient(t *testing.T) {
+	tests := map[string]string{
+		"unknown members ignored": `{"proto":1,"node":"edge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"future":{"x":[1,2]},"z":null}`,
+		"member order free":       `{"max_streams":256,"window":262144,"max_frame":65536,"codecs":[0],"node":"edge-1","proto":1}`,
+		"whitespace":              " \n\t" + specJSON + " \r\n",
+		"escaped strings":         `{"proto":1,"node":"\u0065dge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256}`,
+	}
+	for name, doc := range tests {
+		h, err := frame.ParseHello([]byte(doc))
+		require.NoError(t, err, name)
+		require.Equal(t, specHello(), h, name)
+	}
+}
+
+func TestParseHelloBounds(t *testing.T) {
+	const mp = frame.MaxPayload
+	tests := []struct {
+		name                        string
+		maxFrame, window, maxStream uint64
+		ok                          bool
+	}{
+		{"minimum", 1024, 1024, 1, true},
+		{"maximum", mp, 1 << 30, 1<<32 - 1, true},
+		{"max_frame 0", 0, 1024, 1, false},
+		{"max_frame below 1024", 1023, 1024, 1, false},
+		{"max_frame above MaxPayload", mp + 1, 1 << 30, 1, false},
+		{"window below max_frame", 4096, 4095, 1, false},
+		{"window equals max_frame", 4096, 4096, 1, true},
+		{"window zero", 4096, 0, 1, false},
+		{"window 2^30", 4096, 1 << 30, 1, true},
+		{"window above 2^30", 4096, 1<<30 + 1, 1, false},
+		{"window max uint32", 4096, 1<<32 - 1, 1, false},
+		{"max_streams 0", 4096, 4096, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, err := frame.ParseHello([]byte(helloJSON(tt.maxFrame, tt.window, tt.maxStream)))
+			if !tt.ok {
+				require.ErrorIs(t, err, frame.ErrBadPayload)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, frame.Hello{Proto: 1, Node: "n", Codecs: []uint8{0, 1},
+				MaxFrame: uint32(tt.maxFrame), Window: uint32(tt.window), MaxStreams: uint32(tt.maxStream)}, h)
+		})
+	}
+}
+
+func TestParseHelloMissingMembers(t *testing.T) {
+	// Missing limits decode as 0, which the bounds reject.
+	for _, doc := range []string{
+		`{}`,
+		`{"proto":1,"node":"n","codecs":[0]}`,
+		`{"proto":1,"max_frame":65536,"window":262144}`,
+		`{"proto":1,"max_frame":65536,"max_streams":1}`,
+		`null`,
+	} {
+		_, err := frame.ParseHello([]byte(doc))
+		require.ErrorIs(t, err, frame.ErrBadPayload, doc)
+	}
+}
+
+func TestParseHelloBadJSON(t *testing.T) {
+	tests := map[string]string{
+		"empty":              ``,
+		"truncated":          specJSON[:len(specJSON)-1],
+		"trailing garbage":   specJSON + `x`,
+		"two documents":      specJSON + specJSON,
+		"array":              `[1,2]`,
+		"string":             `"hello"`,
+		"not json":           "\x00\x01\x02",
+		"proto string":       strings.Replace(specJSON, `"proto":1`, `"proto":"1"`, 1),
+		"proto float":        strings.Replace(specJSON, `"proto":1`, `"proto":1.5`, 1),
+		"codec above 255":    strings.Replace(specJSON, `[0]`, `[0,256]`, 1),
+		"codec negative":     strings.Replace(specJSON, `[0]`, `[-1]`, 1),
+		"codecs object":      strings.Replace(specJSON, `[0]`, `{}`, 1),
+		"max_frame negative": strings.Replace(specJSON, `65536`, `-65536`, 1),
+		"window overflows":   strings.Replace(specJSON, `262144`, `4294967296`, 1),
+		"node number":        strings.Replace(specJSON, `"edge-1"`, `1`, 1),
+	}
+	for name, doc := range tests {
+		_, err := frame.ParseHello([]byte(doc))
+		require.ErrorIs(t, err, frame.ErrBadPayload, "%s: %s", name, doc)
+	}
+}
+
+func TestParseHelloSizeLimit(t *testing.T) {
+	pad := func(n int) []byte {
+		b := []byte(specJSON)
+		return append(b, strings.Repeat(" ", n-len(b))...)
+	}
+	h, err := frame.ParseHello(pad(frame.MaxHello))
+	require.NoError(t, err)
+	require.Equal(t, specHello(), h)
+
+	_, err = frame.ParseHello(pad(frame.MaxHello + 1))
+	require.ErrorIs(t, err, frame.ErrBadPayload)
+}
+
+// TestHelloReencodeStaysWithinMaxHello is the regression test for an encoder/decoder
+// asymmetry: ParseHello used to accept a 4096-byte HELLO whose node name of '<' re-encoded
+// (with HTML escaping) to 24 KB, which ParseHello then rejected. Node names are now bounded
+// to MaxNode bytes of valid UTF-8 and HTML escaping is off, so every accepted HELLO
+// re-encodes within MaxHello.
+func TestHelloReencodeStaysWithinMaxHello(t *testing.T) {
+	prefix := `{"proto":1,"codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"node":"`
+	doc := prefix + strings.Repeat("<", frame.MaxHello-len(prefix)-2) + `"}`
+	_, err := frame.ParseHello([]byte(doc))
+	require.ErrorIs(t, err, frame.ErrBadPayload, "over-long node name must be rejected")
+
+	doc = prefix + strings.Repeat("<", frame.MaxNode) + `"}`
+	h, err := frame.ParseHello([]byte(doc))
+	require.NoError(t, err)
+	enc := frame.AppendHello(nil, h)
+	require.LessOrEqual(t, len(enc), frame.MaxHello)
+	again, err := frame.ParseHello(enc)
+	require.NoError(t, err)
+	require.Equal(t, h, again)
+
+	_, err = frame.ParseHello([]byte(prefix + "\xff\xfe" + `"}`))
+	require.NoError(t, err, "JSON escapes of invalid UTF-8 decode to U+FFFD, which is valid")
+}
