@@ -1,0 +1,332 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Codecs lists the values accepted by [Peer.Codec]. The codec package may
+// check that it implements every name listed here.
+var Codecs = []string{"identity", "gzip", "zstd", "token", "auto"}
+
+// Transports lists the values accepted by [Peer.Transport]. "udp" is
+// reserved for the reliable UDP transport and is rejected until it exists.
+var Transports = []string{TransportTCP}
+
+// Values of enumerated fields.
+const (
+	TransportTCP = "tcp"
+
+	HTTP10 = "1.0"
+	HTTP11 = "1.1"
+
+	// HostHeaderPreserve forwards the client's Host header byte for byte.
+	HostHeaderPreserve = "preserve"
+	// HostHeaderUpstream rewrites Host to the host[:port] of Upstream.URL.
+	HostHeaderUpstream = "upstream"
+)
+
+// Config is the whole configuration of one soapgw process. At least one of
+// Edge and Origin is set.
+type Config struct {
+	// Node is this gateway's identity, sent in the tunnel handshake and
+	// used in logs. Default: the host name (or "soapgw" if it is unknown).
+	Node string `yaml:"node"`
+	// Admin configures the admin HTTP listener (/metrics, /healthz, pprof).
+	Admin AdminConfig `yaml:"admin"`
+	// Edge enables the edge role: accept SOAP clients, forward each
+	// exchange over a tunnel to a peer. Nil when the section is absent.
+	Edge *EdgeConfig `yaml:"edge,omitempty"`
+	// Origin enables the origin role: accept tunnels, call the real
+	// services. Nil when the section is absent.
+	Origin *OriginConfig `yaml:"origin,omitempty"`
+	// Limits bounds the resources one process will spend.
+	Limits Limits `yaml:"limits"`
+	// DrainTimeout is how long, on SIGTERM, the process keeps finishing
+	// in-flight exchanges before it closes them. 0 exits at once.
+	// Default: 15s.
+	DrainTimeout time.Duration `yaml:"drain_timeout"`
+}
+
+// AdminConfig configures the admin HTTP listener.
+type AdminConfig struct {
+	// Listen is the host:port of the admin listener. Default: "" (disabled).
+	Listen string `yaml:"listen"`
+	// Pprof mounts net/http/pprof under /debug/pprof/ on the admin
+	// listener. Default: false.
+	Pprof bool `yaml:"pprof"`
+}
+
+// Limits bounds the resources one process will spend. They apply to both
+// roles.
+type Limits struct {
+	// MaxRequestBytes is the largest request body accepted. Default: 32MiB.
+	MaxRequestBytes ByteSize `yaml:"max_request_bytes"`
+	// MaxResponseBytes is the largest response body accepted.
+	// Default: 64MiB.
+	MaxResponseBytes ByteSize `yaml:"max_response_bytes"`
+	// MaxHeaderBytes is the largest HTTP message head (request line or
+	// status line plus headers). Default: 64KiB.
+	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
+	// ExchangeTimeout is the deadline for a whole exchange as the edge sees
+	// it, from the end of the request head to the end of the response.
+	// Default: 60s.
+	ExchangeTimeout time.Duration `yaml:"exchange_timeout"`
+	// MaxConcurrentExchanges caps the exchanges in flight in this process.
+	// Default: 4096.
+	MaxConcurrentExchanges int `yaml:"max_concurrent_exchanges"`
+	// IdleTimeout closes a client keep-alive connection that has been idle
+	// this long. Default: 90s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// EdgeConfig configures the edge role.
+type EdgeConfig struct {
+	// Listeners are the sockets SOAP clients connect to. Required, >= 1.
+	Listeners []Listener `yaml:"listeners"`
+	// Peers are the origin gateways this edge tunnels to. Required, >= 1.
+	Peers []Peer `yaml:"peers"`
+	// Routes map a request to a peer and an upstream. The proxy decides how
+	// routes are matched. Required, >= 1.
+	Routes []Route `yaml:"routes"`
+}
+
+// Listener is one socket accepting HTTP/1.0 and HTTP/1.1 SOAP clients.
+type Listener struct {
+	// Name identifies the listener in routes, logs and metrics. Required,
+	// unique, [A-Za-z0-9._-]+.
+	Name string `yaml:"name"`
+	// Listen is the host:port to listen on; the host may be empty for all
+	// interfaces. Required.
+	Listen string `yaml:"listen"`
+}
+
+// Peer is one origin gateway reached over a tunnel.
+type Peer struct {
+	// Name identifies the peer in routes, logs and metrics. Required,
+	// unique, [A-Za-z0-9._-]+.
+	Name string `yaml:"name"`
+	// Address is the host:port of the origin's tunnel listener. Required.
+	Address string `yaml:"address"`
+	// Transport carries the tunnel. Only "tcp" for now. Default: "tcp".
+	Transport string `yaml:"transport"`
+	// Connections is how many tunnel connections are kept open to this
+	// peer; exchanges are spread over them. 1..64. Default: 2.
+	Connections int `yaml:"connections"`
+	// Codec compresses message bodies on the tunnel; one of [Codecs].
+	// Default: "identity".
+	Codec string `yaml:"codec"`
+	// DialTimeout bounds one attempt to connect to the peer. Default: 5s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// KeepaliveInterval is how often an idle tunnel is pinged.
+	// Default: 15s.
+	KeepaliveInterval time.Duration `yaml:"keepalive_interval"`
+	// KeepaliveTimeout is how long a ping may go unanswered before the
+	// tunnel connection is declared dead. Default: 10s.
+	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
+}
+
+// Route selects the peer and the upstream for a request. Empty optional
+// fields match everything.
+type Route struct {
+	// Listener restricts the route to requests arriving on the listener of
+	// that name. Optional. Default: "" (any listener).
+	Listener string `yaml:"listener,omitempty"`
+	// PathPrefix restricts the route to request paths starting with it.
+	// Must start with "/". Default: "/".
+	PathPrefix string `yaml:"path_prefix"`
+	// Host restricts the route to requests whose Host header equals it,
+	// case-insensitively; when it has no port, the request's port is
+	// ignored. Optional. Default: "" (any host).
+	Host string `yaml:"host,omitempty"`
+	// Peer names the peer that carries the exchange. Required.
+	Peer string `yaml:"peer"`
+	// Upstream names the upstream at the origin that serves the exchange.
+	// The edge cannot check that it exists there. Required,
+	// [A-Za-z0-9._-]+.
+	Upstream string `yaml:"upstream"`
+}
+
+// OriginConfig configures the origin role.
+type OriginConfig struct {
+	// Listen is the host:port accepting tunnel connections. Required.
+	Listen string `yaml:"listen"`
+	// Upstreams are the real SOAP services, named by routes at the edge.
+	// Required, >= 1.
+	Upstreams []Upstream `yaml:"upstreams"`
+	// MaxConnections caps the tunnel connections accepted at once.
+	// Default: 256.
+	MaxConnections int `yaml:"max_connections"`
+}
+
+// Upstream is one real SOAP service behind the origin.
+type Upstream struct {
+	// Name is what edge routes refer to. Required, unique, [A-Za-z0-9._-]+.
+	Name string `yaml:"name"`
+	// URL is http://host[:port] or https://host[:port], without path,
+	// query, fragment or user info: the client's request target is
+	// forwarded unchanged. Required.
+	URL string `yaml:"url"`
+	// HTTPVersion is the protocol spoken to the upstream: "1.1" or "1.0".
+	// A "1.0" upstream gets HTTP/1.0 requests with Content-Length, never
+	// chunked bodies. Default: "1.1".
+	HTTPVersion string `yaml:"http_version"`
+	// Chunked says whether the upstream accepts chunked request bodies;
+	// when false, bodies are buffered and sent with Content-Length.
+	// Must be false for HTTP/1.0. Default: true for "1.1", false for "1.0".
+	Chunked *bool `yaml:"chunked"`
+	// HostHeader is "preserve" (forward the client's Host byte for byte) or
+	// "upstream" (rewrite it to the host[:port] of URL).
+	// Default: "preserve".
+	HostHeader string `yaml:"host_header"`
+	// ConnectTimeout bounds connecting (and the TLS handshake) to the
+	// upstream. Default: 5s.
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// ResponseTimeout bounds the wait for the first byte of the response
+	// head after the request was sent. Default: 30s.
+	ResponseTimeout time.Duration `yaml:"response_timeout"`
+	// IdleTimeout closes a pooled keep-alive connection idle this long.
+	// Default: 60s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// PoolSize is the number of idle keep-alive connections kept; 0 closes
+	// every connection after use. Default: 64.
+	PoolSize int `yaml:"pool_size"`
+	// InsecureSkipVerify disables certificate verification. https only.
+	// Default: false.
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// Default returns the documented defaults of the top-level, admin and
+// limits sections. It configures no role.
+func Default() *Config {
+	node, err := os.Hostname()
+	if err != nil || node == "" {
+		node = "soapgw"
+	}
+	return &Config{
+		Node:         node,
+		DrainTimeout: 15 * time.Second,
+		Limits: Limits{
+			MaxRequestBytes:        32 * MiB,
+			MaxResponseBytes:       64 * MiB,
+			MaxHeaderBytes:         64 * KiB,
+			ExchangeTimeout:        60 * time.Second,
+			MaxConcurrentExchanges: 4096,
+			IdleTimeout:            90 * time.Second,
+		},
+	}
+}
+
+// defaulter is implemented by the types whose zero value is not their
+// default. The decoder calls setDefaults on every value it allocates before
+// decoding the YAML over it.
+type defaulter interface {
+	setDefaults()
+}
+
+func (o *OriginConfig) setDefaults() {
+	o.MaxConnections = 256
+}
+
+func (p *Peer) setDefaults() {
+	p.Transport = TransportTCP
+	p.Connections = 2
+	p.Codec = "identity"
+	p.DialTimeout = 5 * time.Second
+	p.KeepaliveInterval = 15 * time.Second
+	p.KeepaliveTimeout = 10 * time.Second
+}
+
+func (r *Route) setDefaults() {
+	r.PathPrefix = "/"
+}
+
+func (u *Upstream) setDefaults() {
+	u.HTTPVersion = HTTP11
+	u.HostHeader = HostHeaderPreserve
+	u.ConnectTimeout = 5 * time.Second
+	u.ResponseTimeout = 30 * time.Second
+	u.IdleTimeout = 60 * time.Second
+	u.PoolSize = 64
+}
+
+// setDerivedDefaults fills the defaults that depend on other fields; it
+// runs after decoding.
+func (c *Config) setDerivedDefaults() {
+	if c.Origin == nil {
+		return
+	}
+	for i := range c.Origin.Upstreams {
+		u := &c.Origin.Upstreams[i]
+		if u.Chunked == nil {
+			chunked := u.AcceptsChunked()
+			u.Chunked = &chunked
+		}
+	}
+}
+
+// AcceptsChunked reports whether request bodies may be sent chunked: the
+// value of Chunked, or its default for HTTPVersion when Chunked is nil.
+func (u Upstream) AcceptsChunked() bool {
+	if u.Chunked != nil {
+		return *u.Chunked
+	}
+	return u.HTTPVersion != HTTP10
+}
+
+// TLS reports whether the upstream is reached over https.
+func (u Upstream) TLS() bool {
+	p, err := url.Parse(u.URL)
+	return err == nil && p.Scheme == "https"
+}
+
+// HostPort returns the host:port to dial for the upstream, with the port
+// defaulted to 80 for http and 443 for https. It returns "" when URL does
+// not parse; a validated Config never has such a URL.
+func (u Upstream) HostPort() string {
+	p, err := url.Parse(u.URL)
+	if err != nil || p.Hostname() == "" {
+		return ""
+	}
+	port := p.Port()
+	if port == "" {
+		port = "80"
+		if p.Scheme == "https" {
+			port = "443"
+		}
+	}
+	return net.JoinHostPort(p.Hostname(), port)
+}
+
+// URLHost returns the host[:port] of URL exactly as written: the Host
+// header sent when HostHeader is "upstream", and the TLS server name's
+// source. It returns "" when URL does not parse.
+func (u Upstream) URLHost() string {
+	p, err := url.Parse(u.URL)
+	if err != nil {
+		return ""
+	}
+	return p.Host
+}
+
+// Marshal returns the effective configuration as YAML, defaults included.
+// Parsing the result yields an equal Config. Values that came from
+// environment variables appear expanded.
+func (c *Config) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("config: marshal: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("config: marshal: %w", err)
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,109 @@
+package config
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// examplesDir holds the documented example configurations.
+const examplesDir = "../../deploy/examples"
+
+func TestExamplesLoad(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
+	require.NoError(t, err)
+	names := make([]string, 0, len(files))
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	require.Subset(t, names, []string{"edge.yaml", "origin.yaml", "both.yaml"})
+
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			c, err := Load(f)
+			require.NoError(t, err)
+			require.True(t, c.Edge != nil || c.Origin != nil)
+		})
+	}
+}
+
+func TestExampleBothTunnelsToItself(t *testing.T) {
+	c, err := Load(filepath.Join(examplesDir, "both.yaml"))
+	require.NoError(t, err)
+	require.NotNil(t, c.Edge)
+	require.NotNil(t, c.Origin)
+	require.Equal(t, c.Origin.Listen, c.Edge.Peers[0].Address)
+	require.Equal(t, c.Origin.Upstreams[0].Name, c.Edge.Routes[0].Upstream)
+}
+
+func TestExamplesUseEnvDefaults(t *testing.T) {
+	t.Setenv("SOAPGW_NODE", "from-env")
+	t.Setenv("INVENTORY_URL", "https://elsewhere:9443")
+	c, err := Load(filepath.Join(examplesDir, "origin.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, "from-env", c.Node)
+	require.Equal(t, "elsewhere:9443", c.Origin.Upstreams[2].HostPort())
+}
+
+func TestMarshalRoundTrip(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
+	require.NoError(t, err)
+	inputs := map[string][]byte{
+		"edge-minimal":   doc(edgeDoc...),
+		"origin-minimal": doc(append(originDoc, "      http_version: '1.0'")...),
+	}
+	for _, f := range files {
+		c, err := Load(f)
+		require.NoError(t, err)
+		out, err := c.Marshal()
+		require.NoError(t, err)
+		inputs[filepath.Base(f)] = out
+	}
+	for name, in := range inputs {
+		t.Run(name, func(t *testing.T) {
+			c, err := Parse(name, in)
+			require.NoError(t, err)
+			out, err := c.Marshal()
+			require.NoError(t, err)
+			again, err := Parse(name, out)
+			require.NoError(t, err, "marshalled:\n%s", out)
+			require.Equal(t, c, again)
+		})
+	}
+}
+
+func TestMarshalShowsDefaults(t *testing.T) {
+	c, err := Parse("x.yaml", doc(append(originDoc, "      http_version: '1.0'")...))
+	require.NoError(t, err)
+	out, err := c.Marshal()
+	require.NoError(t, err)
+	want := `node: gw
+admin:
+  listen: ""
+  pprof: false
+origin:
+  listen: :7070
+  upstreams:
+    - name: bill
+      url: http://bill:8080
+      http_version: "1.0"
+      chunked: false
+      host_header: preserve
+      connect_timeout: 5s
+      response_timeout: 30s
+      idle_timeout: 1m0s
+      pool_size: 64
+      insecure_skip_verify: false
+  max_connections: 256
+limits:
+  max_request_bytes: 32MiB
+  max_response_bytes: 64MiB
+  max_header_bytes: 64KiB
+  exchange_timeout: 1m0s
+  max_concurrent_exchanges: 4096
+  idle_timeout: 1m30s
+drain_timeout: 15s
+`
+	require.Equal(t, want, string(out))
+}

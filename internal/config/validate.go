@@ -1,0 +1,328 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const missing = "missing required field"
+
+// nameRE is the syntax of listener, peer and upstream names: they appear
+// in routes, logs and metric labels.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// Validate checks fields and their relations on a Config whose defaults
+// are filled in. It returns nil, an *Error or an errors.Join of *Error
+// values carrying Path and Msg; [Parse] adds file and line.
+func (c *Config) Validate() error {
+	var errs errorList
+	if c.Edge == nil && c.Origin == nil {
+		errs.add("", "no role configured: add an edge section, an origin section, or both")
+	}
+	checkNode(&errs, c.Node)
+	if c.Admin.Listen != "" {
+		checkAddr(&errs, "admin.listen", c.Admin.Listen, false)
+	}
+	checkNonNegative(&errs, "drain_timeout", c.DrainTimeout)
+	c.Limits.validate(&errs)
+	if c.Edge != nil {
+		c.Edge.validate(&errs)
+	}
+	if c.Origin != nil {
+		c.Origin.validate(&errs)
+	}
+	c.checkListenCollisions(&errs)
+	return errs.join()
+}
+
+func checkNode(errs *errorList, node string) {
+	switch {
+	case node == "":
+		errs.add("node", "must not be empty")
+	case len(node) > 255:
+		errs.add("node", "longer than 255 bytes")
+	case strings.IndexFunc(node, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0:
+		errs.add("node", "%q contains spaces or non-printable characters", node)
+	}
+}
+
+func (l *Limits) validate(errs *errorList) {
+	checkPositiveSize(errs, "limits.max_request_bytes", l.MaxRequestBytes)
+	checkPositiveSize(errs, "limits.max_response_bytes", l.MaxResponseBytes)
+	checkPositiveSize(errs, "limits.max_header_bytes", l.MaxHeaderBytes)
+	checkPositive(errs, "limits.exchange_timeout", l.ExchangeTimeout)
+	if l.MaxConcurrentExchanges < 1 {
+		errs.add("limits.max_concurrent_exchanges", "must be at least 1, got %d", l.MaxConcurrentExchanges)
+	}
+	checkPositive(errs, "limits.idle_timeout", l.IdleTimeout)
+}
+
+func (e *EdgeConfig) validate(errs *errorList) {
+	listeners := make(map[string]string, len(e.Listeners))
+	if len(e.Listeners) == 0 {
+		errs.add("edge.listeners", "at least one listener is required")
+	}
+	for i, l := range e.Listeners {
+		p := fmt.Sprintf("edge.listeners[%d]", i)
+		checkName(errs, p+".name", l.Name, listeners, p)
+		checkAddr(errs, p+".listen", l.Listen, false)
+	}
+
+	peers := make(map[string]string, len(e.Peers))
+	if len(e.Peers) == 0 {
+		errs.add("edge.peers", "at least one peer is required")
+	}
+	for i, peer := range e.Peers {
+		p := fmt.Sprintf("edge.peers[%d]", i)
+		checkName(errs, p+".name", peer.Name, peers, p)
+		checkAddr(errs, p+".address", peer.Address, true)
+		checkOneOf(errs, p+".transport", "transport", peer.Transport, Transports)
+		if peer.Connections < 1 || peer.Connections > 64 {
+			errs.add(p+".connections", "must be from 1 to 64, got %d", peer.Connections)
+		}
+		checkOneOf(errs, p+".codec", "codec", peer.Codec, Codecs)
+		checkPositive(errs, p+".dial_timeout", peer.DialTimeout)
+		checkPositive(errs, p+".keepalive_interval", peer.KeepaliveInterval)
+		checkPositive(errs, p+".keepalive_timeout", peer.KeepaliveTimeout)
+	}
+
+	if len(e.Routes) == 0 {
+		errs.add("edge.routes", "at least one route is required")
+	}
+	type match struct{ listener, host, prefix string }
+	matches := make(map[match]int, len(e.Routes))
+	for i, r := range e.Routes {
+		p := fmt.Sprintf("edge.routes[%d]", i)
+		if r.Listener != "" {
+			if _, ok := listeners[r.Listener]; !ok {
+				errs.add(p+".listener", "no listener named %q in edge.listeners", r.Listener)
+			}
+		}
+		if !strings.HasPrefix(r.PathPrefix, "/") {
+			errs.add(p+".path_prefix", "must start with \"/\", got %q", r.PathPrefix)
+		}
+		if r.Host != "" {
+			checkHostPattern(errs, p+".host", r.Host)
+		}
+		switch _, ok := peers[r.Peer]; {
+		case r.Peer == "":
+			errs.add(p+".peer", missing)
+		case !ok:
+			errs.add(p+".peer", "no peer named %q in edge.peers", r.Peer)
+		}
+		switch {
+		case r.Upstream == "":
+			errs.add(p+".upstream", missing)
+		case !nameRE.MatchString(r.Upstream):
+			errs.add(p+".upstream", "invalid upstream name %q: use only letters, digits, '.', '_' and '-'", r.Upstream)
+		}
+		m := match{r.Listener, strings.ToLower(r.Host), r.PathPrefix}
+		if first, dup := matches[m]; dup {
+			errs.add(p, "matches the same requests as edge.routes[%d] (same listener, host and path_prefix), so it is never used", first)
+		} else {
+			matches[m] = i
+		}
+	}
+}
+
+func (o *OriginConfig) validate(errs *errorList) {
+	checkAddr(errs, "origin.listen", o.Listen, false)
+	if o.MaxConnections < 1 {
+		errs.add("origin.max_connections", "must be at least 1, got %d", o.MaxConnections)
+	}
+	if len(o.Upstreams) == 0 {
+		errs.add("origin.upstreams", "at least one upstream is required")
+	}
+	names := make(map[string]string, len(o.Upstreams))
+	for i, u := range o.Upstreams {
+		p := fmt.Sprintf("origin.upstreams[%d]", i)
+		checkName(errs, p+".name", u.Name, names, p)
+		u.validate(errs, p)
+	}
+}
+
+func (u *Upstream) validate(errs *errorList, p string) {
+	isHTTPS := checkURL(errs, p+".url", u.URL)
+	checkOneOf(errs, p+".http_version", "http_version", u.HTTPVersion, []string{HTTP11, HTTP10})
+	if u.HTTPVersion == HTTP10 && u.Chunked != nil && *u.Chunked {
+		errs.add(p+".chunked", "must be false when http_version is \"1.0\": HTTP/1.0 has no chunked encoding")
+	}
+	checkOneOf(errs, p+".host_header", "host_header", u.HostHeader, []string{HostHeaderPreserve, HostHeaderUpstream})
+	checkPositive(errs, p+".connect_timeout", u.ConnectTimeout)
+	checkPositive(errs, p+".response_timeout", u.ResponseTimeout)
+	checkPositive(errs, p+".idle_timeout", u.IdleTimeout)
+	if u.PoolSize < 0 {
+		errs.add(p+".pool_size", "must not be negative, got %d", u.PoolSize)
+	}
+	if u.InsecureSkipVerify && !isHTTPS && u.URL != "" {
+		errs.add(p+".insecure_skip_verify", "only applies to https URLs")
+	}
+}
+
+// checkListenCollisions reports two listeners of this process on the same
+// address, which would fail at startup with a less helpful error.
+func (c *Config) checkListenCollisions(errs *errorList) {
+	type listen struct{ path, addr string }
+	var all []listen
+	if c.Edge != nil {
+		for i, l := range c.Edge.Listeners {
+			all = append(all, listen{fmt.Sprintf("edge.listeners[%d].listen", i), l.Listen})
+		}
+	}
+	if c.Origin != nil {
+		all = append(all, listen{"origin.listen", c.Origin.Listen})
+	}
+	all = append(all, listen{"admin.listen", c.Admin.Listen})
+	first := make(map[string]string, len(all))
+	for _, l := range all {
+		if l.addr == "" {
+			continue
+		}
+		if prev, dup := first[l.addr]; dup {
+			errs.add(l.path, "address %q is already used by %s", l.addr, prev)
+			continue
+		}
+		first[l.addr] = l.path
+	}
+}
+
+// checkName checks a required, unique name; seen maps names to the path
+// of the element that first used them.
+func checkName(errs *errorList, path, name string, seen map[string]string, elem string) {
+	switch prev, dup := seen[name]; {
+	case name == "":
+		errs.add(path, missing)
+	case !nameRE.MatchString(name):
+		errs.add(path, "invalid name %q: use only letters, digits, '.', '_' and '-'", name)
+	case dup:
+		errs.add(path, "duplicate name %q (also used by %s)", name, prev)
+	default:
+		seen[name] = elem
+	}
+}
+
+// checkAddr checks a host:port with a numeric port from 1 to 65535. A
+// listen address may leave the host empty (all interfaces); a dial address
+// (needHost) may not.
+func checkAddr(errs *errorList, path, addr string, needHost bool) {
+	if addr == "" {
+		errs.add(path, missing)
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var aerr *net.AddrError
+		if errors.As(err, &aerr) {
+			errs.add(path, "%s %q", aerr.Err, aerr.Addr)
+		} else {
+			errs.add(path, "invalid address %q: %v", addr, err)
+		}
+		return
+	}
+	if needHost && host == "" {
+		errs.add(path, "missing host in address %q", addr)
+	}
+	checkPort(errs, path, port)
+}
+
+func checkPort(errs *errorList, path, port string) {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		errs.add(path, "port %q must be a number from 1 to 65535", port)
+	}
+}
+
+// checkURL checks an upstream URL and reports whether it is https.
+func checkURL(errs *errorList, path, raw string) (isHTTPS bool) {
+	if raw == "" {
+		errs.add(path, missing)
+		return false
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		errs.add(path, "invalid URL %q: %v", raw, err)
+		return false
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		errs.add(path, "URL %q must start with http:// or https://", raw)
+		return false
+	case u.Opaque != "" || u.Host == "" || u.Hostname() == "":
+		errs.add(path, "URL %q has no host", raw)
+	case u.User != nil:
+		errs.add(path, "URL %q must not contain user info", raw)
+	case u.Path != "" && u.Path != "/":
+		errs.add(path, "URL %q must not have a path: the client's request path is forwarded unchanged", raw)
+	case u.RawQuery != "" || u.ForceQuery:
+		errs.add(path, "URL %q must not have a query", raw)
+	case u.Fragment != "":
+		errs.add(path, "URL %q must not have a fragment", raw)
+	case u.Port() != "" || strings.HasSuffix(u.Host, ":"):
+		checkPort(errs, path, u.Port())
+	}
+	return u.Scheme == "https"
+}
+
+// checkHostPattern checks a route's Host: a host name or IP, optionally
+// with a port; no scheme or path.
+func checkHostPattern(errs *errorList, path, host string) {
+	if strings.ContainsAny(host, "/ \t@?#") {
+		errs.add(path, "invalid host %q: want a host name, optionally with :port", host)
+		return
+	}
+	h, port, err := net.SplitHostPort(host)
+	if err == nil {
+		checkPort(errs, path, port)
+	} else {
+		h = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		bracketed := strings.HasPrefix(host, "[")
+		if bracketed != strings.HasSuffix(host, "]") {
+			errs.add(path, "invalid host %q: unbalanced brackets", host)
+			return
+		}
+		if strings.Contains(h, ":") && !bracketed {
+			errs.add(path, "invalid host %q: write IPv6 addresses in brackets, e.g. \"[::1]:8080\"", host)
+			return
+		}
+	}
+	if h == "" {
+		errs.add(path, "invalid host %q: empty host name", host)
+	}
+}
+
+func checkOneOf(errs *errorList, path, what, v string, allowed []string) {
+	if !slices.Contains(allowed, v) {
+		errs.add(path, "unknown %s %q (allowed: %s)", what, v, strings.Join(allowed, ", "))
+	}
+}
+
+func checkPositive(errs *errorList, path string, d time.Duration) {
+	switch {
+	case d < 0:
+		errs.add(path, "must not be negative, got %s", d)
+	case d == 0:
+		errs.add(path, "must be greater than 0")
+	}
+}
+
+func checkNonNegative(errs *errorList, path string, d time.Duration) {
+	if d < 0 {
+		errs.add(path, "must not be negative, got %s", d)
+	}
+}
+
+func checkPositiveSize(errs *errorList, path string, b ByteSize) {
+	if b <= 0 {
+		errs.add(path, "must be greater than 0, got %d", int64(b))
+	}
+}
