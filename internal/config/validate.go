@@ -209,8 +209,9 @@ func checkName(errs *errorList, path, name string, seen map[string]string, elem 
 }
 
 // checkAddr checks a host:port with a numeric port from 1 to 65535. A
-// listen address may leave the host empty (all interfaces); a dial address
-// (needHost) may not.
+// listen address may leave the host empty (all interfaces) and may use port
+// 0 (the kernel picks a free port, which the gateway logs: useful in tests
+// and demos); a dial address (needHost) may do neither.
 func checkAddr(errs *errorList, path, addr string, needHost bool) {
 	if addr == "" {
 		errs.add(path, missing)
@@ -228,6 +229,9 @@ func checkAddr(errs *errorList, path, addr string, needHost bool) {
 	}
 	if needHost && host == "" {
 		errs.add(path, "missing host in address %q", addr)
+	}
+	if !needHost && port == "0" {
+		return
 	}
 	checkPort(errs, path, port)
 }

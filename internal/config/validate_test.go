@@ -100,9 +100,9 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{`x.yaml:5: edge.listeners[0].listen: port "70000" must be a number from 1 to 65535`},
 		},
 		{
-			name: "listener port zero",
-			yaml: doc(with(edgeDoc, 5, `      listen: "127.0.0.1:0"`)...),
-			want: []string{`x.yaml:5: edge.listeners[0].listen: port "0" must be a number from 1 to 65535`},
+			name: "peer port zero",
+			yaml: doc(with(edgeDoc, 8, `      address: "dc1.example:0"`)...),
+			want: []string{`x.yaml:8: edge.peers[0].address: port "0" must be a number from 1 to 65535`},
 		},
 		{
 			name: "listener named port",
