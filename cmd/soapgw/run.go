@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/soapgw/soapgw/internal/config"
+)
+
+func newRunCommand(g *globalOptions) *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run the gateway with the roles (edge, origin or both) the configuration gives",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return usageError{fmt.Errorf("run: --config FILE is required")}
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			cfg, err := config.Load(path)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx := cmd.Context()
+			gw, err := startGateway(context.WithoutCancel(ctx), cfg, log)
+			if err != nil {
+				return err
+			}
+			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
+			var runErr error
+			select {
+			case <-ctx.Done():
+				log.Info("signal received; draining", "drain_timeout", cfg.DrainTimeout)
+			case runErr = <-gw.errc:
+				log.Error("gateway failed; shutting down", "err", runErr)
+			}
+			g.stopSignals()
+			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+			defer cancel()
+			start := time.Now()
+			if err := gw.shutdown(dctx); err != nil {
+				log.Warn("drain incomplete", "err", err, "after", time.Since(start).Round(time.Millisecond))
+				if runErr == nil {
+					runErr = err
+				}
+			} else {
+				log.Info("drained; exiting", "after", time.Since(start).Round(time.Millisecond))
+			}
+			return runErr
+		},
+	}
+	cmd.Flags().StringVarP(&path, "config", "c", "", "YAML configuration file")
+	return cmd
+}

@@ -1,0 +1,254 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// binary is the soapgw executable built by TestMain.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "soapgw-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "soapgw")
+	build := exec.Command("go", "build", "-race", "-o", binary, "../cmd/soapgw")
+	if os.Getenv("SOAPGW_E2E_NORACE") != "" {
+		build = exec.Command("go", "build", "-o", binary, "../cmd/soapgw")
+	}
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building soapgw:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freePort returns a loopback address that was free a moment ago. Gateways need fixed
+// addresses in their configuration; the tiny race with other processes is acceptable in
+// tests.
+func freePort(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// proc is a process started by a test; it is killed (by PID) at cleanup.
+type proc struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startProc(t testing.TB, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(name, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout = p.out
+	p.cmd.Stderr = p.out
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("output of %s (pid %d):\n%s", filepath.Base(name), p.cmd.Process.Pid, p.out.String())
+		}
+	})
+	return p
+}
+
+// signal sends sig and waits up to timeout for the process to exit.
+func (p *proc) signal(sig syscall.Signal, timeout time.Duration) (exited bool) {
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// exitCode waits for the process and returns its exit code.
+func (p *proc) exitCode(timeout time.Duration) int {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("process %d did not exit within %s", p.cmd.Process.Pid, timeout)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// gateway is a soapgw process started from a YAML configuration.
+type gateway struct {
+	*proc
+	admin string
+}
+
+// startGateway writes yml to a file and runs `soapgw run` on it; it waits until the
+// admin /readyz answers 200 (the YAML must configure admin.listen at adminAddr).
+func startGateway(t testing.TB, adminAddr, yml string, extraArgs ...string) *gateway {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "soapgw.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yml), 0o600))
+	args := append([]string{"run", "--config", path, "--log-level", "debug"}, extraArgs...)
+	g := &gateway{proc: startProc(t, binary, args...), admin: adminAddr}
+	g.waitReady(t, 10*time.Second)
+	return g
+}
+
+func (g *gateway) waitReady(t testing.TB, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		select {
+		case <-g.done:
+			t.Fatalf("gateway exited early: %v\n%s", g.err, g.out.String())
+		default:
+		}
+		if code, _ := httpGet("http://" + g.admin + "/readyz"); code == 200 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("gateway not ready within %s\n%s", within, g.out.String())
+}
+
+// httpGet is a minimal GET used for admin endpoints (no keep-alive, bounded).
+func httpGet(url string) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addr := strings.TrimPrefix(url, "http://")
+	path := "/"
+	if i := strings.IndexByte(addr, '/'); i >= 0 {
+		addr, path = addr[:i], addr[i:]
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr)
+	b, _ := io.ReadAll(c)
+	var code int
+	if len(b) >= 12 && bytes.HasPrefix(b, []byte("HTTP/1.")) {
+		code, _ = strconv.Atoi(string(b[9:12]))
+	}
+	if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+		b = b[i+4:]
+	}
+	return code, string(b)
+}
+
+// pairConfig returns the YAML of an origin and an edge for one upstream URL.
+type pairAddrs struct {
+	Edge, Tunnel, EdgeAdmin, OriginAdmin string
+}
+
+func newPairAddrs(t testing.TB) pairAddrs {
+	return pairAddrs{Edge: freePort(t), Tunnel: freePort(t), EdgeAdmin: freePort(t), OriginAdmin: freePort(t)}
+}
+
+func originYAML(a pairAddrs, upstreamURL, extra string) string {
+	return fmt.Sprintf(`node: e2e-origin
+admin:
+  listen: %s
+origin:
+  listen: %s
+  upstreams:
+    - name: svc
+      url: %s
+%s`, a.OriginAdmin, a.Tunnel, upstreamURL, extra)
+}
+
+func edgeYAML(a pairAddrs, extra string) string {
+	return fmt.Sprintf(`node: e2e-edge
+admin:
+  listen: %s
+edge:
+  listeners:
+    - name: soap
+      listen: %s
+  peers:
+    - name: dc1
+      address: %s
+      connections: 2
+  routes:
+    - peer: dc1
+      upstream: svc
+%s`, a.EdgeAdmin, a.Edge, a.Tunnel, extra)
+}
+
+// startPair starts an origin for upstreamURL and an edge in front of it.
+func startPair(t testing.TB, upstreamURL string) (a pairAddrs, origin, edge *gateway) {
+	t.Helper()
+	a = newPairAddrs(t)
+	origin = startGateway(t, a.OriginAdmin, originYAML(a, upstreamURL, ""))
+	edge = startGateway(t, a.EdgeAdmin, edgeYAML(a, ""))
+	return a, origin, edge
+}
+
+// rawExchange sends raw request bytes on a new connection and reads until the server
+// closes or timeout passes.
+func rawExchange(t testing.TB, addr string, req []byte, timeout time.Duration) []byte {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	require.NoError(t, err)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	_, err = c.Write(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(bufio.NewReader(c))
+	return b
+}

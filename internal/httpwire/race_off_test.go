@@ -1,0 +1,5 @@
+//go:build !race
+
+package httpwire_test
+
+const raceEnabled = false

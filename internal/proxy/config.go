@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Stream is one exchange on the tunnel as the proxy sees it: the request message goes one
+// way, the response message the other. *tunnel.Stream satisfies it; the proxy does not
+// import the tunnel, so it can be tested over any transport.
+type Stream interface {
+	io.Reader
+	io.Writer
+	Flush() error      // push buffered bytes now (streaming)
+	CloseWrite() error // end of this side's message
+	Close() error      // release; resets the stream if the exchange is unfinished
+	SetDeadline(time.Time) error
+}
+
+// Opener opens a stream to one peer gateway.
+type Opener interface {
+	OpenStream(ctx context.Context) (Stream, error)
+}
+
+// OpenerFunc adapts a function to Opener.
+type OpenerFunc func(ctx context.Context) (Stream, error)
+
+// OpenStream calls f.
+func (f OpenerFunc) OpenStream(ctx context.Context) (Stream, error) { return f(ctx) }
+
+// Limits bound what one exchange may cost.
+type Limits struct {
+	MaxRequestBytes        int64         // request body; larger gets 413 (default 32 MiB)
+	MaxResponseBytes       int64         // response body the edge buffers for HTTP/1.0 clients (default 64 MiB)
+	MaxHeaderBytes         int           // request/response head (default 64 KiB)
+	ExchangeTimeout        time.Duration // whole exchange as the edge sees it (default 60 s)
+	IdleTimeout            time.Duration // client keep-alive idle (default 90 s)
+	MaxConcurrentExchanges int           // per process; more get 503 (default 4096)
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxRequestBytes <= 0 {
+		l.MaxRequestBytes = 32 << 20
+	}
+	if l.MaxResponseBytes <= 0 {
+		l.MaxResponseBytes = 64 << 20
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 64 << 10
+	}
+	if l.ExchangeTimeout <= 0 {
+		l.ExchangeTimeout = 60 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 90 * time.Second
+	}
+	if l.MaxConcurrentExchanges <= 0 {
+		l.MaxConcurrentExchanges = 4096
+	}
+	return l
+}
+
+// Route maps requests to a peer gateway and to an upstream name at that peer. The first
+// matching route wins; empty match fields match everything.
+type Route struct {
+	Listener   string // only requests that arrived on this listener
+	PathPrefix string // request target starts with this ("/" or "" = any)
+	Host       string // Host header equals this, case-insensitively; without a port in the pattern the request's port is ignored
+	Peer       string
+	Upstream   string
+}
+
+func (r *Route) matches(listener, host, target string) bool {
+	if r.Listener != "" && r.Listener != listener {
+		return false
+	}
+	if r.PathPrefix != "" && r.PathPrefix != "/" && !strings.HasPrefix(target, r.PathPrefix) {
+		return false
+	}
+	if r.Host != "" {
+		h := host
+		if !strings.Contains(r.Host, ":") {
+			if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+				h = h[:i]
+			}
+		}
+		if !strings.EqualFold(h, r.Host) {
+			return false
+		}
+	}
+	return true
+}
+
+// EdgeConfig configures the client-side gateway.
+type EdgeConfig struct {
+	Routes []Route
+	Peers  map[string]Opener // by peer name
+	Limits Limits
+	// ReplayLimit is the largest request body kept in memory so that an exchange refused by
+	// the tunnel (never processed by the origin) can be sent again (default 1 MiB).
+	ReplayLimit int64
+}
+
+func (c *EdgeConfig) validate() error {
+	if len(c.Routes) == 0 {
+		return fmt.Errorf("proxy: edge needs at least one route")
+	}
+	for i, r := range c.Routes {
+		if _, ok := c.Peers[r.Peer]; !ok {
+			return fmt.Errorf("proxy: route %d names unknown peer %q", i, r.Peer)
+		}
+		if r.Upstream == "" {
+			return fmt.Errorf("proxy: route %d has no upstream", i)
+		}
+	}
+	return nil
+}
+
+// Upstream is a real service the origin may call.
+type Upstream struct {
+	Name               string
+	Address            string // host:port
+	TLS                bool
+	InsecureSkipVerify bool
+	HTTP10             bool // speak HTTP/1.0: Content-Length bodies only
+	Chunked            bool // the upstream accepts chunked request bodies
+	RewriteHost        bool // replace the client's Host with Address
+	ConnectTimeout     time.Duration
+	ResponseTimeout    time.Duration // until the response head arrives
+	IdleTimeout        time.Duration // pooled connection idle
+	PoolSize           int           // idle connections kept
+}
+
+// OriginConfig configures the server-side gateway.
+type OriginConfig struct {
+	Node      string // for messages: origin "node"
+	Upstreams []Upstream
+	Limits    Limits
+}

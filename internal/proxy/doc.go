@@ -1,0 +1,40 @@
+// Package proxy is the HTTP side of soapgw: the edge terminates HTTP/1.0 and HTTP/1.1
+// from unmodified SOAP clients, the origin calls the unmodified SOAP server. Between them
+// each exchange is one tunnel stream (package tunnel, reached through the Opener and
+// Stream interfaces defined here, so this package does not depend on it).
+//
+// The path of one message, client socket to server socket and back:
+//
+//	client ──TCP──► Edge.serveConn ── httpwire.ReadRequest (raw head: casing, order kept)
+//	                   │  route (listener, Host, path prefix) → peer + upstream name
+//	                   │  100-continue answered locally; size limit → 413 Fault
+//	                   ▼
+//	                requestHead{upstream, method, target, end-to-end fields} + body
+//	                   │  Opener.OpenStream → Stream.Write… CloseWrite (CRC-32C trailer)
+//	    ═══════════════╪══════════════ tunnel (one persistent, multiplexed connection) ═══
+//	                   ▼
+//	              Origin.ServeStream ── upstream configured? (else Fault: no open proxy)
+//	                   │  pooled keep-alive conn (liveness-checked), HTTP/1.1 or 1.0
+//	                   ▼
+//	server ◄──TCP── head as the client sent it + body (chunked or Content-Length as the
+//	                upstream accepts)
+//	server ──TCP──► httpwire.ReadResponse (1xx skipped) → responseHead + streamed body
+//	    ═══════════════╪══════════════ tunnel ═══════════════════════════════════════════
+//	                   ▼
+//	client ◄──TCP── Edge.writeResponse: status, reason, fields byte for byte; framing for
+//	                the client (Content-Length for HTTP/1.0, one write, TCP_NODELAY)
+//
+// Transparency rules. Request method, target, header field names (with their casing,
+// e.g. "SOAPAction"), values, order and body reach the server unchanged; status code,
+// reason phrase, fields and body reach the client unchanged. Only hop-by-hop fields (RFC
+// 9110 §7.6.1: Connection and the fields it names, Keep-Alive, Proxy-Connection, TE,
+// Transfer-Encoding, Upgrade, Trailer) are dropped, and framing is added where the next
+// hop needs it: Transfer-Encoding: chunked or Content-Length for a body whose length was
+// not known, Connection: keep-alive/close for the hop's persistence.
+//
+// Errors the gateway makes are SOAP Faults in the client's SOAP version (1.1 soap:Server,
+// 1.2 env:Receiver; Client/Sender for 4xx) with 502/503/504/413, a faultstring naming the
+// cause and an X-Soapgw-Error header. An exchange is retried only when the tunnel refused
+// it before the origin saw it (stream refused, GOAWAY), which is the one case where the
+// server provably never received the request.
+package proxy

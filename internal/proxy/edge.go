@@ -1,0 +1,600 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+// Edge terminates HTTP/1.0 and HTTP/1.1 from unmodified clients and carries every exchange
+// over a tunnel stream to the origin gateway. See doc.go for the whole path.
+type Edge struct {
+	cfg EdgeConfig
+	lim Limits
+	m   *Metrics
+	log *slog.Logger
+
+	inflight chan struct{} // semaphore: MaxConcurrentExchanges
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*clientConn]struct{}
+	draining  bool
+	wg        sync.WaitGroup
+}
+
+type clientConn struct {
+	net.Conn
+	busy atomic.Bool // a request is being read or answered
+}
+
+// NewEdge checks cfg and returns an edge ready to Serve listeners.
+func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ReplayLimit <= 0 {
+		cfg.ReplayLimit = 1 << 20
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	lim := cfg.Limits.withDefaults()
+	return &Edge{
+		cfg: cfg, lim: lim, m: m, log: log.With("role", "edge"),
+		inflight:  make(chan struct{}, lim.MaxConcurrentExchanges),
+		listeners: map[net.Listener]struct{}{},
+		conns:     map[*clientConn]struct{}{},
+	}, nil
+}
+
+// Serve accepts client connections on ln until ln is closed or Shutdown is called. name
+// is the listener's name, which routes may match.
+func (e *Edge) Serve(ln net.Listener, name string) error {
+	e.mu.Lock()
+	if e.draining {
+		e.mu.Unlock()
+		return nil
+	}
+	e.listeners[ln] = struct{}{}
+	e.mu.Unlock()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			e.mu.Lock()
+			draining := e.draining
+			e.mu.Unlock()
+			if draining || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			// Back off on accept errors such as EMFILE instead of spinning (as
+			// net/http.Server does).
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			e.log.Warn("accept failed", "listener", name, "err", err, "retry_in", delay)
+			time.Sleep(delay)
+			continue
+		}
+		delay = 0
+		cc := &clientConn{Conn: c}
+		e.mu.Lock()
+		if e.draining {
+			e.mu.Unlock()
+			_ = c.Close()
+			return nil
+		}
+		e.conns[cc] = struct{}{}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		e.m.clientConns.Inc()
+		go func() {
+			defer e.wg.Done()
+			defer func() {
+				e.mu.Lock()
+				delete(e.conns, cc)
+				e.mu.Unlock()
+				e.m.clientConns.Dec()
+				_ = cc.Close()
+			}()
+			e.serveConn(cc, name)
+		}()
+	}
+}
+
+// Shutdown stops accepting, lets exchanges in flight finish, closes idle keep-alive
+// connections, and waits until all are done or ctx expires (then closes the rest).
+func (e *Edge) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.draining = true
+	for ln := range e.listeners {
+		_ = ln.Close()
+	}
+	for cc := range e.conns {
+		if !cc.busy.Load() {
+			// Wakes a connection blocked waiting for the next request; one that is
+			// answering a request checks draining after it and closes.
+			_ = cc.SetReadDeadline(time.Unix(1, 0))
+		}
+	}
+	e.mu.Unlock()
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		e.mu.Lock()
+		for cc := range e.conns {
+			_ = cc.Close()
+		}
+		e.mu.Unlock()
+		<-done
+		return fmt.Errorf("edge drain: %w", ctx.Err())
+	}
+}
+
+func (e *Edge) isDraining() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.draining
+}
+
+var (
+	readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+	writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 16<<10) }}
+	msgPool    = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+)
+
+// serveConn reads requests from one client connection and answers them in order, which
+// is all HTTP/1.1 pipelining asks: the next request's bytes wait in br meanwhile.
+func (e *Edge) serveConn(cc *clientConn, listener string) {
+	if tc, ok := cc.Conn.(*net.TCPConn); ok {
+		// Responses are written whole or in large pieces; Nagle would only hold back the
+		// last segment waiting for the client's delayed ACK (seed 003 §6.5).
+		_ = tc.SetNoDelay(true)
+	}
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(cc)
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(cc)
+	defer func() {
+		br.Reset(nil)
+		readerPool.Put(br)
+		bw.Reset(nil)
+		writerPool.Put(bw)
+	}()
+	for {
+		if e.isDraining() {
+			return
+		}
+		_ = cc.SetReadDeadline(time.Now().Add(e.lim.IdleTimeout))
+		if _, err := br.Peek(1); err != nil {
+			return // idle timeout, client closed, or drain
+		}
+		cc.busy.Store(true)
+		start := time.Now()
+		deadline := start.Add(e.lim.ExchangeTimeout)
+		_ = cc.SetDeadline(deadline)
+		req, err := httpwire.ReadRequest(br, httpwire.Limits{MaxHeaderBytes: e.lim.MaxHeaderBytes})
+		if err != nil {
+			e.rejectRequest(cc, bw, err)
+			return
+		}
+		keep := e.exchange(cc, br, bw, req, listener, start, deadline)
+		cc.busy.Store(false)
+		if !keep {
+			return
+		}
+	}
+}
+
+// rejectRequest answers a request that could not be parsed and closes the connection:
+// after a framing error nothing that follows on the connection can be trusted.
+func (e *Edge) rejectRequest(cc *clientConn, bw *bufio.Writer, err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, net.ErrClosed) {
+		return
+	}
+	status := 400
+	switch {
+	case errors.Is(err, httpwire.ErrHeaderTooLarge):
+		status = 431
+	case errors.Is(err, httpwire.ErrUnsupportedTransferCoding):
+		status = 501
+	case errors.Is(err, httpwire.ErrUnsupportedVersion):
+		status = 505
+	}
+	msg := "soapgw: malformed HTTP request: " + err.Error()
+	e.gatewayError(cc, "", "", causeBadRequest, err)
+	_, _ = bw.Write(faultResponse(nil, soap11, 1, status, causeBadRequest, msg, "", true))
+	_ = bw.Flush()
+}
+
+func (e *Edge) gatewayError(cc net.Conn, id, route, cause string, err error) {
+	e.m.gatewayErrors.WithLabelValues("edge", cause).Inc()
+	e.log.Warn("gateway error", "exchange", id, "route", route, "cause", cause, "client", cc.RemoteAddr().String(), "err", err)
+}
+
+func newExchangeID() string {
+	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
+}
+
+// exchange carries one request to the origin and its response back. It returns whether
+// the client connection may carry another request.
+func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req *httpwire.Request, listener string, start, deadline time.Time) bool {
+	id := newExchangeID()
+	sv := soapVersionOf(req.Header)
+	host := req.Header.Get("Host")
+	respMinor := req.ProtoMinor
+	fail := func(status int, cause string, err error, close bool) bool {
+		e.gatewayError(cc, id, "", cause, err)
+		e.m.exchanges.WithLabelValues("edge", "", "gateway_error").Inc()
+		_, _ = bw.Write(faultResponse(nil, sv, respMinor, status, cause, err.Error(), id, close || req.Close))
+		_ = bw.Flush()
+		return !close && !req.Close
+	}
+
+	var route *Route
+	for i := range e.cfg.Routes {
+		if e.cfg.Routes[i].matches(listener, host, req.Target) {
+			route = &e.cfg.Routes[i]
+			break
+		}
+	}
+	if route == nil {
+		// The body was not read: the connection cannot be reused.
+		return fail(404, causeNoRoute, fmt.Errorf("soapgw: no route for host %q and path %q", host, req.Target), true)
+	}
+	if req.ContentLength > e.lim.MaxRequestBytes {
+		return fail(413, causeTooLarge, fmt.Errorf("soapgw: request body of %d bytes exceeds the limit of %d bytes", req.ContentLength, e.lim.MaxRequestBytes), true)
+	}
+	select {
+	case e.inflight <- struct{}{}:
+		defer func() { <-e.inflight }()
+	default:
+		return fail(503, causeInternal, fmt.Errorf("soapgw: edge overloaded: %d exchanges in flight", e.lim.MaxConcurrentExchanges), true)
+	}
+	if req.ExpectContinue {
+		// Answer 100 Continue here: the client would otherwise wait a full round trip
+		// across the tunnel (or its own timeout) before sending the body.
+		_, _ = bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		if err := bw.Flush(); err != nil {
+			return false
+		}
+	}
+
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	opener := e.cfg.Peers[route.Peer]
+	head := requestHead{
+		ExchangeID:    id,
+		Upstream:      route.Upstream,
+		Method:        req.Method,
+		Target:        req.Target,
+		ProtoMinor:    req.ProtoMinor,
+		ContentLength: req.ContentLength,
+		Expect:        req.ExpectContinue,
+		Header:        httpwire.EndToEnd(req.Header),
+	}
+	mp := msgPool.Get().(*[]byte)
+	defer msgPool.Put(mp)
+	msg := head.append((*mp)[:0])
+
+	// A body of known, modest size is read whole before the stream is opened, so the
+	// exchange can be replayed if the tunnel refuses it (GOAWAY, connection lost before
+	// the first frame): then the origin provably never saw it.
+	replayable := req.ContentLength >= 0 && req.ContentLength <= e.cfg.ReplayLimit
+	if replayable {
+		n := len(msg)
+		msg = append(msg, make([]byte, req.ContentLength)...)
+		if _, err := io.ReadFull(req.Body, msg[n:]); err != nil {
+			*mp = msg[:0]
+			e.gatewayError(cc, id, route.Upstream, causeBadRequest, err)
+			return false // the client went away or sent less than it announced
+		}
+	}
+	*mp = msg[:0]
+	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(len(msg)))
+
+	var (
+		st      Stream
+		resp    *responseHead
+		gwErr   *gatewayError
+		sbr     *bufio.Reader
+		lastErr error
+	)
+	for attempt := 0; attempt < 3; attempt++ {
+		var err error
+		st, err = opener.OpenStream(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return fail(504, causeTimeout, fmt.Errorf("soapgw: origin %q not reachable within the exchange deadline: %w", route.Peer, err), false)
+			}
+			return fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", route.Peer, err), !replayable)
+		}
+		_ = st.SetDeadline(deadline)
+		if replayable {
+			_, err = st.Write(msg)
+			if err == nil {
+				err = st.CloseWrite()
+			}
+		} else {
+			err = e.sendStreamed(st, msg, req)
+			if errors.Is(err, errTooLarge) {
+				_ = st.Close()
+				return fail(413, causeTooLarge, fmt.Errorf("soapgw: request body exceeds the limit of %d bytes", e.lim.MaxRequestBytes), true)
+			}
+			if errors.Is(err, errClientBody) {
+				_ = st.Close()
+				e.gatewayError(cc, id, route.Upstream, causeBadRequest, err)
+				return false
+			}
+		}
+		if err == nil {
+			sbr = readerPool.Get().(*bufio.Reader)
+			sbr.Reset(st)
+			var kind byte
+			var hr *headReader
+			kind, hr, err = readHead(sbr, e.lim.MaxHeaderBytes+4096)
+			if err == nil {
+				resp, gwErr, err = parseResponseHead(kind, hr)
+			}
+			if err != nil {
+				sbr.Reset(nil)
+				readerPool.Put(sbr)
+				sbr = nil
+			}
+		}
+		if err == nil {
+			break
+		}
+		_ = st.Close()
+		st = nil
+		lastErr = err
+		if !replayable || !isRetryable(err) || ctx.Err() != nil {
+			break
+		}
+		e.m.retries.WithLabelValues(route.Peer).Inc()
+		e.log.Info("exchange refused by tunnel; retrying", "exchange", id, "peer", route.Peer, "attempt", attempt+1, "err", err)
+	}
+	if st == nil {
+		switch {
+		case isTimeout(lastErr) || ctx.Err() != nil:
+			return fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", route.Peer, e.lim.ExchangeTimeout), true)
+		case isRetryable(lastErr):
+			return fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unavailable: %w", route.Peer, lastErr), !replayable)
+		}
+		return fail(502, causeTunnelLost, fmt.Errorf("soapgw: tunnel to origin %q failed mid-exchange: %w", route.Peer, lastErr), true)
+	}
+	defer st.Close()
+	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
+
+	if gwErr != nil {
+		e.m.gatewayErrors.WithLabelValues("origin", gwErr.Cause).Inc()
+		e.m.exchanges.WithLabelValues("edge", route.Upstream, "gateway_error").Inc()
+		e.log.Warn("gateway error at origin", "exchange", id, "route", route.Upstream, "cause", gwErr.Cause, "err", gwErr.Message)
+		_, _ = bw.Write(faultResponse(nil, sv, respMinor, gwErr.Status, gwErr.Cause, gwErr.Message, id, req.Close))
+		_ = bw.Flush()
+		return !req.Close && drainEOF(sbr) == nil
+	}
+
+	keep, err := e.writeResponse(bw, sbr, req, resp)
+	outcome := "ok"
+	if resp.Status >= 500 {
+		outcome = "soap_fault"
+	}
+	if err != nil {
+		// Part of the response may be with the client already: the only honest signal
+		// left is to abort the connection so the client cannot take a truncated or
+		// unverified message for a whole one.
+		e.gatewayError(cc, id, route.Upstream, causeTunnelLost, err)
+		abort(cc.Conn)
+		outcome = "gateway_error"
+		keep = false
+	}
+	e.m.exchanges.WithLabelValues("edge", route.Upstream, outcome).Inc()
+	e.m.duration.WithLabelValues("edge", route.Upstream).Observe(time.Since(start).Seconds())
+	if keep && e.isDraining() {
+		keep = false
+	}
+	return keep
+}
+
+var (
+	errTooLarge   = errors.New("soapgw: body exceeds limit")
+	errClientBody = errors.New("soapgw: reading client request body")
+)
+
+// sendStreamed writes the head then copies a large or chunked body to the stream as it
+// arrives, enforcing MaxRequestBytes.
+func (e *Edge) sendStreamed(st Stream, head []byte, req *httpwire.Request) error {
+	if _, err := st.Write(head); err != nil {
+		return err
+	}
+	bufp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bufp)
+	buf := *bufp
+	var total int64
+	for {
+		n, rerr := req.Body.Read(buf)
+		if n > 0 {
+			total += int64(n)
+			if total > e.lim.MaxRequestBytes {
+				return errTooLarge
+			}
+			if _, err := st.Write(buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("%w: %w", errClientBody, rerr)
+		}
+	}
+	return st.CloseWrite()
+}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// writeResponse writes the origin's response to the client. Framing is the only thing it
+// may change: a body of unknown length goes chunked to HTTP/1.1 clients, and buffered with
+// a Content-Length to HTTP/1.0 clients, so they never wait for a FIN (seed 003 §6.6).
+func (e *Edge) writeResponse(bw *bufio.Writer, sbr *bufio.Reader, req *httpwire.Request, resp *responseHead) (keep bool, err error) {
+	h := resp.Header
+	keep = !req.Close
+	bodyless := req.Method == "HEAD" || resp.Status == 204 || resp.Status == 304 || resp.Status < 200
+	minor := req.ProtoMinor
+	var body []byte
+	chunked := false
+	if !bodyless {
+		switch {
+		case resp.ContentLength >= 0:
+			if !h.Has("Content-Length") {
+				h = append(h, httpwire.Field{Name: "Content-Length", Value: strconv.FormatInt(resp.ContentLength, 10)})
+			}
+		case minor >= 1:
+			chunked = true
+			h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
+		default:
+			body, err = readAllLimit(sbr, e.lim.MaxResponseBytes)
+			if err != nil {
+				return false, err
+			}
+			h = append(h, httpwire.Field{Name: "Content-Length", Value: strconv.Itoa(len(body))})
+		}
+	}
+	if minor == 0 && keep {
+		h = append(h, httpwire.Field{Name: "Connection", Value: "keep-alive"})
+	} else if minor >= 1 && !keep {
+		h = append(h, httpwire.Field{Name: "Connection", Value: "close"})
+	}
+	bp := msgPool.Get().(*[]byte)
+	out := httpwire.AppendResponseHead((*bp)[:0], minor, resp.Status, resp.Reason, h)
+	if body != nil {
+		out = append(out, body...)
+	}
+	_, err = bw.Write(out)
+	*bp = out[:0]
+	msgPool.Put(bp)
+	if err != nil {
+		return false, err
+	}
+	n := int64(len(out))
+	switch {
+	case bodyless || body != nil:
+		err = drainEOF(sbr)
+	case chunked:
+		cw := httpwire.NewChunkedWriter(bw)
+		var c int64
+		c, err = copyFlushing(cw, bw, sbr)
+		n += c
+		if err == nil {
+			err = cw.Close()
+		}
+	default:
+		var c int64
+		c, err = copyFlushing(bw, bw, sbr)
+		n += c
+		if err == nil && c != resp.ContentLength {
+			err = fmt.Errorf("soapgw: response body of %d bytes, announced %d", c, resp.ContentLength)
+		}
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(n))
+	return keep, err
+}
+
+// copyFlushing copies the stream's message to w, flushing bw whenever the stream has no
+// more bytes at hand, so a streamed response reaches the client as it arrives.
+func copyFlushing(w io.Writer, bw *bufio.Writer, src *bufio.Reader) (int64, error) {
+	bufp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bufp)
+	buf := *bufp
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := w.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+			if src.Buffered() == 0 {
+				if ferr := bw.Flush(); ferr != nil {
+					return n, ferr
+				}
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+func readAllLimit(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: response body over %d bytes", errTooLarge, limit)
+	}
+	return b, nil
+}
+
+// drainEOF reads the rest of a message that should be empty, so the stream's checksum is
+// verified and the exchange completes cleanly.
+func drainEOF(r io.Reader) error {
+	var b [512]byte
+	for {
+		n, err := r.Read(b[:])
+		if n > 0 {
+			return fmt.Errorf("%w: unexpected body bytes", errBadEnvelope)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// abort closes a connection with RST instead of FIN, so the peer sees an error rather
+// than what could look like the end of a close-delimited message.
+func abort(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+func isRetryable(err error) bool {
+	var r interface{ Retryable() bool }
+	return errors.As(err, &r) && r.Retryable()
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}

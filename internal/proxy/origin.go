@@ -1,0 +1,444 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+// Origin serves tunnel streams: it rebuilds each request, sends it to the named upstream
+// (and only to a configured one: the origin is not an open proxy) and streams the
+// response back.
+type Origin struct {
+	cfg   OriginConfig
+	lim   Limits
+	m     *Metrics
+	log   *slog.Logger
+	pools map[string]*upstreamPool
+}
+
+// NewOrigin returns an origin for the configured upstreams.
+func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) {
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := &Origin{cfg: cfg, lim: cfg.Limits.withDefaults(), m: m, log: log.With("role", "origin"), pools: map[string]*upstreamPool{}}
+	for _, u := range cfg.Upstreams {
+		if _, dup := o.pools[u.Name]; dup {
+			return nil, fmt.Errorf("proxy: duplicate upstream %q", u.Name)
+		}
+		if u.ConnectTimeout <= 0 {
+			u.ConnectTimeout = 5 * time.Second
+		}
+		if u.ResponseTimeout <= 0 {
+			u.ResponseTimeout = 30 * time.Second
+		}
+		if u.IdleTimeout <= 0 {
+			u.IdleTimeout = 60 * time.Second
+		}
+		o.pools[u.Name] = &upstreamPool{up: u, m: m}
+	}
+	return o, nil
+}
+
+// Close closes idle upstream connections.
+func (o *Origin) Close() {
+	for _, p := range o.pools {
+		p.closeIdle()
+	}
+}
+
+// ServeStream handles one exchange from the edge. It owns st.
+func (o *Origin) ServeStream(ctx context.Context, st Stream) {
+	defer st.Close()
+	start := time.Now()
+	_ = st.SetDeadline(start.Add(o.lim.ExchangeTimeout))
+	sbr := readerPool.Get().(*bufio.Reader)
+	sbr.Reset(st)
+	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
+
+	kind, hr, err := readHead(sbr, o.lim.MaxHeaderBytes+4096)
+	var req *requestHead
+	if err == nil {
+		req, err = parseRequestHead(kind, hr)
+	}
+	if err != nil {
+		o.fail(st, "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
+		return
+	}
+	pool := o.pools[req.Upstream]
+	if pool == nil {
+		o.fail(st, req.ExchangeID, req.Upstream, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
+			Message: fmt.Sprintf("soapgw: upstream %q is not configured at origin %q", req.Upstream, o.cfg.Node)}, nil)
+		return
+	}
+	up := pool.up
+	ctx, cancel := context.WithDeadline(ctx, start.Add(o.lim.ExchangeTimeout))
+	defer cancel()
+
+	uc, err := pool.get(ctx)
+	if err != nil {
+		o.fail(st, req.ExchangeID, up.Name, &gatewayError{Status: 502, Cause: causeUpstreamDown,
+			Message: fmt.Sprintf("soapgw: upstream %q (%s) unreachable: %v", up.Name, up.Address, unwrapOp(err))}, err)
+		return
+	}
+	reusable := false
+	defer func() {
+		if reusable {
+			pool.put(uc)
+		} else {
+			_ = uc.conn.Close()
+		}
+	}()
+
+	if err := o.sendRequest(uc, req, sbr); err != nil {
+		if errors.Is(err, errTooLarge) {
+			o.fail(st, req.ExchangeID, up.Name, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
+			return
+		}
+		if !errors.Is(err, errUpstreamWrite) {
+			// The request did not arrive whole from the tunnel (edge reset it, checksum):
+			// the upstream got an incomplete request and the connection is dropped.
+			o.log.Warn("request from tunnel incomplete; upstream call aborted", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
+			o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
+			return
+		}
+		// The upstream may have answered early and closed (e.g. 413): try to read it.
+		o.log.Debug("upstream write failed; reading any early response", "exchange", req.ExchangeID, "err", err)
+	}
+
+	_ = uc.conn.SetReadDeadline(time.Now().Add(up.ResponseTimeout))
+	var resp *httpwire.Response
+	for {
+		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.lim.MaxHeaderBytes})
+		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == 101 {
+			break
+		}
+		// 1xx interim responses (100 Continue, 102, 103) are for the hop: the edge
+		// already told the client to continue.
+	}
+	if err != nil {
+		ge := &gatewayError{Status: 502, Cause: causeUpstreamBad,
+			Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
+				Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
+		}
+		o.fail(st, req.ExchangeID, up.Name, ge, err)
+		return
+	}
+	if resp.StatusCode == 101 {
+		o.fail(st, req.ExchangeID, up.Name, &gatewayError{Status: 502, Cause: causeUpstreamBad,
+			Message: fmt.Sprintf("soapgw: upstream %q switched protocols, which a SOAP gateway cannot carry", up.Name)}, nil)
+		return
+	}
+	// The whole response must arrive within the exchange deadline; the per-read deadline
+	// above was for the head.
+	_ = uc.conn.SetReadDeadline(start.Add(o.lim.ExchangeTimeout))
+	n, err := o.sendResponse(st, uc, resp)
+	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(n))
+	if err != nil {
+		o.log.Warn("response not delivered whole; stream reset", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
+		o.m.gatewayErrors.WithLabelValues("origin", causeUpstreamBad).Inc()
+		o.m.exchanges.WithLabelValues("origin", up.Name, "gateway_error").Inc()
+		return // st.Close resets the unfinished stream: the edge aborts the client
+	}
+	reusable = !resp.Close && up.PoolSize > 0
+	outcome := "ok"
+	if resp.StatusCode >= 500 {
+		outcome = "soap_fault"
+	}
+	o.m.exchanges.WithLabelValues("origin", up.Name, outcome).Inc()
+	o.m.duration.WithLabelValues("origin", up.Name).Observe(time.Since(start).Seconds())
+	o.log.Debug("exchange", "exchange", req.ExchangeID, "upstream", up.Name, "method", req.Method, "target", req.Target, "status", resp.StatusCode, "duration", time.Since(start))
+}
+
+func (o *Origin) fail(st Stream, id, upstream string, ge *gatewayError, err error) {
+	o.m.gatewayErrors.WithLabelValues("origin", ge.Cause).Inc()
+	o.m.exchanges.WithLabelValues("origin", upstream, "gateway_error").Inc()
+	o.log.Warn("gateway error", "exchange", id, "upstream", upstream, "cause", ge.Cause, "status", ge.Status, "err", ge.Message)
+	if _, werr := st.Write(ge.append(nil)); werr == nil {
+		_ = st.CloseWrite()
+	}
+}
+
+func unwrapOp(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		var sys *os.SyscallError
+		if errors.As(op.Err, &sys) {
+			return sys.Err
+		}
+		return op.Err
+	}
+	return err
+}
+
+var errUpstreamWrite = errors.New("writing to upstream")
+
+// sendRequest writes the request to the upstream: the head as the client sent it (minus
+// hop-by-hop fields), then the body with the framing the upstream accepts.
+func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Reader) error {
+	up := uc.pool.up
+	h := req.Header
+	if up.RewriteHost {
+		h = h.Clone()
+		for i := range h {
+			if equalFold(h[i].Name, "Host") {
+				h[i].Value = up.Address
+			}
+		}
+	}
+	minor := 1
+	if up.HTTP10 {
+		minor = 0
+		h = append(h, httpwire.Field{Name: "Connection", Value: "keep-alive"})
+	}
+	var buffered []byte
+	chunked := false
+	if req.ContentLength < 0 {
+		if up.HTTP10 || !up.Chunked {
+			// Legacy upstreams that cannot take chunked bodies get a Content-Length.
+			b, err := readAllLimit(body, o.lim.MaxRequestBytes)
+			if err != nil {
+				return err
+			}
+			buffered = b
+			h = append(h, httpwire.Field{Name: "Content-Length", Value: strconv.Itoa(len(b))})
+		} else {
+			chunked = true
+			h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
+		}
+	}
+	_ = uc.conn.SetWriteDeadline(time.Now().Add(o.lim.ExchangeTimeout))
+	out := httpwire.AppendRequestHead(nil, req.Method, req.Target, minor, h)
+	if buffered != nil {
+		out = append(out, buffered...)
+	}
+	if _, err := uc.bw.Write(out); err != nil {
+		return fmt.Errorf("%w: %w", errUpstreamWrite, err)
+	}
+	n := int64(len(out))
+	var err error
+	switch {
+	case buffered != nil:
+		err = drainEOF(body)
+	case chunked:
+		cw := httpwire.NewChunkedWriter(uc.bw)
+		var c int64
+		c, err = copyBody(cw, body)
+		n += c
+		if err == nil {
+			err = cw.Close()
+		}
+	default:
+		var c int64
+		c, err = copyBody(uc.bw, body)
+		n += c
+		if err == nil && c != req.ContentLength {
+			err = fmt.Errorf("%w: request body of %d bytes, announced %d", errBadEnvelope, c, req.ContentLength)
+		}
+	}
+	o.m.bytes.WithLabelValues("origin", "server_out").Add(float64(n))
+	if err != nil {
+		return err
+	}
+	if err := uc.bw.Flush(); err != nil {
+		return fmt.Errorf("%w: %w", errUpstreamWrite, err)
+	}
+	return nil
+}
+
+// copyBody copies the tunnel message to the upstream. Errors reading the stream come back
+// unwrapped; errors writing carry errUpstreamWrite so the caller can tell them apart.
+func copyBody(w io.Writer, r io.Reader) (int64, error) {
+	bufp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bufp)
+	buf := *bufp
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			if _, werr := w.Write(buf[:k]); werr != nil {
+				return n, fmt.Errorf("%w: %w", errUpstreamWrite, werr)
+			}
+			n += int64(k)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// sendResponse streams the upstream's response into the tunnel: a frame leaves whenever
+// the upstream has nothing more at hand, so a slow or streamed response is not held back.
+func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response) (int64, error) {
+	head := responseHead{
+		Status:        resp.StatusCode,
+		Reason:        resp.Reason,
+		ProtoMinor:    resp.ProtoMinor,
+		ContentLength: resp.ContentLength,
+		Header:        httpwire.EndToEnd(resp.Header),
+	}
+	if resp.Chunked {
+		head.ContentLength = -1
+	}
+	if _, err := st.Write(head.append(nil)); err != nil {
+		return 0, err
+	}
+	bufp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bufp)
+	buf := *bufp
+	var n int64
+	for {
+		k, err := resp.Body.Read(buf)
+		if k > 0 {
+			if _, werr := st.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+			if uc.br.Buffered() == 0 {
+				if ferr := st.Flush(); ferr != nil {
+					return n, ferr
+				}
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, st.CloseWrite()
+}
+
+func equalFold(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i]|0x20, b[i]|0x20
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// upstreamPool keeps idle keep-alive connections to one upstream.
+type upstreamPool struct {
+	up Upstream
+	m  *Metrics
+
+	mu   sync.Mutex
+	idle []*upstreamConn
+}
+
+type upstreamConn struct {
+	pool      *upstreamPool
+	conn      net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleSince time.Time
+}
+
+func (p *upstreamPool) get(ctx context.Context) (*upstreamConn, error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		uc := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if time.Since(uc.idleSince) < p.up.IdleTimeout && uc.alive() {
+			return uc, nil
+		}
+		_ = uc.conn.Close()
+	}
+	return p.dial(ctx)
+}
+
+// alive reports whether an idle connection is still open: a server that closed it (idle
+// timeout) has left an EOF to read. Sending a request into such a connection would race
+// with the close and could not be retried safely, so it is checked before reuse.
+func (uc *upstreamConn) alive() bool {
+	if uc.br.Buffered() > 0 {
+		return false // unsolicited bytes: protocol confusion
+	}
+	if ok, known := peekAlive(uc.conn); known {
+		return ok
+	}
+	_ = uc.conn.SetReadDeadline(time.Now().Add(time.Millisecond / 10))
+	_, err := uc.br.Peek(1)
+	_ = uc.conn.SetReadDeadline(time.Time{})
+	return errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+func (p *upstreamPool) dial(ctx context.Context) (*upstreamConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.up.ConnectTimeout)
+	defer cancel()
+	d := net.Dialer{KeepAlive: 30 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", p.up.Address)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if p.up.TLS {
+		host, _, _ := net.SplitHostPort(p.up.Address)
+		tc := tls.Client(c, &tls.Config{ServerName: host, InsecureSkipVerify: p.up.InsecureSkipVerify}) //nolint:gosec // opt-in per upstream
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		c = tc
+	}
+	p.m.upstreamConns.WithLabelValues(p.up.Name).Inc()
+	return &upstreamConn{pool: p, conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 16<<10)}, nil
+}
+
+func (p *upstreamPool) put(uc *upstreamConn) {
+	uc.idleSince = time.Now()
+	_ = uc.conn.SetDeadline(time.Time{})
+	p.mu.Lock()
+	if len(p.idle) < p.up.PoolSize {
+		p.idle = append(p.idle, uc)
+		uc = nil
+	}
+	p.mu.Unlock()
+	if uc != nil {
+		_ = uc.conn.Close()
+	}
+}
+
+func (p *upstreamPool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, uc := range idle {
+		_ = uc.conn.Close()
+	}
+}
