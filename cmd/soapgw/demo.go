@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/soapgw/soapgw/internal/codec"
 	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/netsim"
 	"github.com/soapgw/soapgw/internal/soapdemo"
@@ -42,7 +43,7 @@ and prints latency and the bytes that crossed the link.`,
 			if o.calls < 1 || o.concurrency < 1 || o.rtt < 0 {
 				return usageError{fmt.Errorf("demo: --calls and --concurrency must be positive, --rtt not negative")}
 			}
-			if o.codec != "identity" {
+			if _, ok := codec.ByName(o.codec); !ok {
 				return usageError{fmt.Errorf("demo: codec %q is not implemented yet; use identity", o.codec)}
 			}
 			if f := cmd.Flag("log-level"); f != nil && !f.Changed {

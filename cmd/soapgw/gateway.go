@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/soapgw/soapgw/internal/admin"
+	"github.com/soapgw/soapgw/internal/codec"
 	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/proxy"
 	"github.com/soapgw/soapgw/internal/tunnel"
@@ -93,7 +94,7 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	if e := cfg.Edge; e != nil {
 		openers := map[string]proxy.Opener{}
 		for i, p := range e.Peers {
-			if p.Codec != "identity" {
+			if _, ok := codec.ByName(p.Codec); !ok {
 				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): codec %q is not implemented yet; use identity", i, p.Name, p.Codec)}
 			}
 			peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{

@@ -1,0 +1,38 @@
+# soapgw developer tasks. `make test` is the command CI runs (via .ci/run).
+GO ?= go
+BIN := bin/soapgw
+
+.PHONY: build test test-short demo bench fuzz lint clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/soapgw
+
+# Every package with the race detector, including the end-to-end tests that run the built
+# binary against real peers (Python zeep/spyne from Debian: see .ci/run).
+test:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+test-short:
+	$(GO) test -count=1 ./internal/...
+
+demo:
+	$(GO) run ./cmd/soapgw demo
+
+# Benchmarks report speed, bytes and allocations; they assert nothing.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/...
+
+# A short fuzzing pass over every fuzz target (seed corpora run in `make test` anyway).
+fuzz:
+	@for pkg in ./internal/tunnel/frame ./internal/httpwire ./internal/proxy; do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$pkg || exit 1; \
+	  done; \
+	done
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin
