@@ -314,7 +314,10 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 				return n, werr
 			}
 			n += int64(k)
-			if uc.br.Buffered() == 0 {
+			// Push what we have when the upstream has nothing more at hand, unless this
+			// was the last of a known length: CloseWrite sends it with the trailer in
+			// the same frame.
+			if uc.br.Buffered() == 0 && (resp.ContentLength < 0 || n < resp.ContentLength) {
 				if ferr := st.Flush(); ferr != nil {
 					return n, ferr
 				}

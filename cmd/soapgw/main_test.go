@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb, func() {})
+	return code, out.String(), errb.String()
+}
+
+func TestExitCodes(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("node: x\norigin:\n  listen: 127.0.0.1:7000\n  upstreams:\n    - name: a\n      url: http://127.0.0.1:9\n      pool_sise: 3\n"), 0o600))
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"version", []string{"version"}, exitOK, ""},
+		{"unknown command", []string{"bogus"}, exitUsage, `unknown command "bogus"`},
+		{"unknown flag", []string{"run", "--nope"}, exitUsage, "unknown flag"},
+		{"run without config", []string{"run"}, exitUsage, "--config FILE is required"},
+		{"missing file", []string{"run", "--config", "/nonexistent/x.yaml"}, exitUsage, "no such file"},
+		{"bad key names file:line", []string{"config", "check", bad}, exitUsage, "bad.yaml:7: origin.upstreams[0].pool_sise: unknown field"},
+		{"extra argument", []string{"config", "check", bad, "more"}, exitUsage, "accepts 1 arg"},
+		{"bad log level", []string{"--log-level", "loud", "run", "--config", bad}, exitUsage, "--log-level"},
+		{"bad demo codec", []string{"demo", "--codec", "brotli"}, exitUsage, `codec "brotli"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			require.Equal(t, tc.code, code, stderr)
+			require.Contains(t, stderr, tc.stderr)
+		})
+	}
+}
+
+func TestConfigCheckPrintsDefaults(t *testing.T) {
+	code, out, stderr := runCLI(t, "config", "check", "../../deploy/examples/both.yaml")
+	require.Equal(t, exitOK, code, stderr)
+	for _, want := range []string{"max_concurrent_exchanges: 4096", "connections: 1", "pool_size: 64", "exchange_timeout: 1m0s"} {
+		require.Contains(t, out, want)
+	}
+}
+
+func TestDemoRunsAndChecksResponses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("demo runs real calls")
+	}
+	code, out, stderr := runCLI(t, "demo", "--calls", "20", "--rtt", "4ms")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "direct (HTTP/1.0, connection per call)")
+	require.Contains(t, out, "soapgw pair (persistent tunnel, identity)")
+	require.Contains(t, out, "every response checked byte for byte")
+	// The direct path opens a link connection per call; the pair reuses its tunnel.
+	lines := strings.Split(out, "\n")
+	var direct, pair string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "direct ("):
+			direct = l
+		case strings.Contains(l, "soapgw pair"):
+			pair = l
+		}
+	}
+	require.Regexp(t, `\s20\s+\S+\s+\S+\s+\S+\s+20\s`, direct)
+	require.Regexp(t, `\s20\s+\S+\s+\S+\s+\S+\s+0\s`, pair)
+}
