@@ -82,16 +82,29 @@ func (r *Route) matches(listener, host, target string) bool {
 	}
 	if r.Host != "" {
 		h := host
-		if !strings.Contains(r.Host, ":") {
-			if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
-				h = h[:i]
-			}
+		if !hasPort(r.Host) {
+			h = stripPort(h)
 		}
 		if !strings.EqualFold(h, r.Host) {
 			return false
 		}
 	}
 	return true
+}
+
+// hasPort reports whether a Host value carries a port; "[::1]" (an IPv6 literal) does not.
+func hasPort(h string) bool {
+	if strings.HasPrefix(h, "[") {
+		return strings.Contains(h, "]:")
+	}
+	return strings.Contains(h, ":")
+}
+
+func stripPort(h string) string {
+	if !hasPort(h) {
+		return h
+	}
+	return h[:strings.LastIndexByte(h, ':')]
 }
 
 // EdgeConfig configures the client-side gateway.

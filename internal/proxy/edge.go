@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -179,10 +180,15 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		writerPool.Put(bw)
 	}()
 	for {
-		if e.isDraining() {
+		// Checked and armed under the lock Shutdown holds while it wakes idle
+		// connections, so Shutdown's wake-up cannot be overwritten by this deadline.
+		e.mu.Lock()
+		if e.draining {
+			e.mu.Unlock()
 			return
 		}
 		_ = cc.SetReadDeadline(time.Now().Add(e.lim.IdleTimeout))
+		e.mu.Unlock()
 		if _, err := br.Peek(1); err != nil {
 			return // idle timeout, client closed, or drain
 		}
@@ -266,7 +272,7 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	case e.inflight <- struct{}{}:
 		defer func() { <-e.inflight }()
 	default:
-		return fail(503, causeInternal, fmt.Errorf("soapgw: edge overloaded: %d exchanges in flight", e.lim.MaxConcurrentExchanges), true)
+		return fail(503, causeOverloaded, fmt.Errorf("soapgw: edge overloaded: %d exchanges in flight", e.lim.MaxConcurrentExchanges), true)
 	}
 	if req.ExpectContinue {
 		// Answer 100 Continue here: the client would otherwise wait a full round trip
@@ -300,7 +306,7 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	replayable := req.ContentLength >= 0 && req.ContentLength <= e.cfg.ReplayLimit
 	if replayable {
 		n := len(msg)
-		msg = append(msg, make([]byte, req.ContentLength)...)
+		msg = slices.Grow(msg, int(req.ContentLength))[:n+int(req.ContentLength)]
 		if _, err := io.ReadFull(req.Body, msg[n:]); err != nil {
 			*mp = msg[:0]
 			e.gatewayError(cc, id, route.Upstream, causeBadRequest, err)
@@ -384,7 +390,8 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
 	if gwErr != nil {
-		e.m.gatewayErrors.WithLabelValues("origin", gwErr.Cause).Inc()
+		// The origin counted it under role="origin"; here it is what the client saw.
+		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
 		e.m.exchanges.WithLabelValues("edge", route.Upstream, "gateway_error").Inc()
 		e.log.Warn("gateway error at origin", "exchange", id, "route", route.Upstream, "cause", gwErr.Cause, "err", gwErr.Message)
 		_, _ = bw.Write(faultResponse(nil, sv, respMinor, gwErr.Status, gwErr.Cause, gwErr.Message, id, req.Close))

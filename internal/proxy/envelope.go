@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -94,21 +95,30 @@ func appendLength(b []byte, flags byte, n int64) []byte {
 	return b
 }
 
-// withLength prefixes a finished head with its length. head must have been built after
-// reserving maxLenPrefix bytes at its start; this avoids a second buffer.
+// maxLenPrefix is the room reserved in front of a head for its uvarint length, so the
+// head is encoded once, in place, and the prefix is written when its length is known.
 const maxLenPrefix = binary.MaxVarintLen32
 
-func finishHead(b []byte) []byte {
-	n := len(b) - maxLenPrefix
+// reserveHead appends the room for the length prefix and returns where the head starts.
+func reserveHead(b []byte) ([]byte, int) {
+	start := len(b)
+	return append(b, make([]byte, maxLenPrefix)...), start
+}
+
+// finishHead writes the length prefix of the head that starts at start and closes the
+// gap left by the reservation, keeping whatever b held before start.
+func finishHead(b []byte, start int) []byte {
+	head := start + maxLenPrefix
+	n := len(b) - head
 	var tmp [maxLenPrefix]byte
 	k := binary.PutUvarint(tmp[:], uint64(n))
-	start := maxLenPrefix - k
 	copy(b[start:], tmp[:k])
-	return b[start:]
+	copy(b[start+k:], b[head:])
+	return b[:start+k+n]
 }
 
 func (h *requestHead) append(b []byte) []byte {
-	b = append(b, make([]byte, maxLenPrefix)...)
+	b, start := reserveHead(b)
 	b = append(b, envelopeVersion, kindRequest)
 	b = appendString(b, h.ExchangeID)
 	b = appendString(b, h.Upstream)
@@ -121,32 +131,34 @@ func (h *requestHead) append(b []byte) []byte {
 	}
 	b = appendLength(b, fl, h.ContentLength)
 	b = appendFields(b, h.Header)
-	return finishHead(b)
+	return finishHead(b, start)
 }
 
 func (h *responseHead) append(b []byte) []byte {
-	b = append(b, make([]byte, maxLenPrefix)...)
+	b, start := reserveHead(b)
 	b = append(b, envelopeVersion, kindResponse)
 	b = binary.BigEndian.AppendUint16(b, uint16(h.Status))
 	b = appendString(b, h.Reason)
 	b = append(b, byte(h.ProtoMinor))
 	b = appendLength(b, 0, h.ContentLength)
 	b = appendFields(b, h.Header)
-	return finishHead(b)
+	return finishHead(b, start)
 }
 
 func (e *gatewayError) append(b []byte) []byte {
-	b = append(b, make([]byte, maxLenPrefix)...)
+	b, start := reserveHead(b)
 	b = append(b, envelopeVersion, kindError)
 	b = binary.BigEndian.AppendUint16(b, uint16(e.Status))
 	b = appendString(b, e.Cause)
 	b = appendString(b, e.Message)
-	return finishHead(b)
+	return finishHead(b, start)
 }
 
-// headReader parses a head in place; every read is bounds-checked.
+// headReader parses a head; every read is bounds-checked. The head is converted to one
+// string up front and every field is a substring of it: one allocation per message
+// instead of two per header field.
 type headReader struct {
-	b   []byte
+	b   string
 	err error
 }
 
@@ -171,7 +183,7 @@ func (r *headReader) uint16(what string) int {
 		r.fail(what)
 		return 0
 	}
-	v := binary.BigEndian.Uint16(r.b)
+	v := uint16(r.b[0])<<8 | uint16(r.b[1])
 	r.b = r.b[2:]
 	return int(v)
 }
@@ -180,13 +192,20 @@ func (r *headReader) uvarint(what string) uint64 {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail(what)
-		return 0
+	var v uint64
+	for i := 0; i < len(r.b) && i < binary.MaxVarintLen64; i++ {
+		c := r.b[i]
+		if c < 0x80 {
+			if i == binary.MaxVarintLen64-1 && c > 1 {
+				break // overflows 64 bits
+			}
+			r.b = r.b[i+1:]
+			return v | uint64(c)<<(7*i)
+		}
+		v |= uint64(c&0x7f) << (7 * i)
 	}
-	r.b = r.b[n:]
-	return v
+	r.fail(what)
+	return 0
 }
 
 func (r *headReader) string(what string) string {
@@ -195,7 +214,7 @@ func (r *headReader) string(what string) string {
 		r.fail(what)
 		return ""
 	}
-	s := string(r.b[:n])
+	s := r.b[:n]
 	r.b = r.b[n:]
 	return s
 }
@@ -235,23 +254,42 @@ func (r *headReader) fields() httpwire.Header {
 func readHead(br *bufio.Reader, max int) (kind byte, r *headReader, err error) {
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return 0, nil, fmt.Errorf("%w: empty message", errBadEnvelope)
-		}
-		return 0, nil, err
+		return 0, nil, truncated(err, "length prefix")
 	}
 	if n < 2 || n > uint64(max) {
 		return 0, nil, fmt.Errorf("%w: head of %d bytes (limit %d)", errBadEnvelope, n, max)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(br, b); err != nil {
-		return 0, nil, err
+		return 0, nil, truncated(err, "head")
 	}
 	if b[0] != envelopeVersion {
 		return 0, nil, fmt.Errorf("%w: version %d, want %d", errBadEnvelope, b[0], envelopeVersion)
 	}
-	return b[1], &headReader{b: b[2:]}, nil
+	return b[1], &headReader{b: string(b[2:])}, nil
 }
+
+// truncated classifies an error met while reading a head. A message that ends early or
+// an impossible length is a malformed envelope; any other error (stream reset, checksum,
+// timeout) is kept as it is so callers can still tell retryable and timeout errors apart.
+func truncated(err error, where string) error {
+	switch {
+	case errors.Is(err, io.EOF) && where == "length prefix":
+		return fmt.Errorf("%w: empty message", errBadEnvelope)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: message ends inside its %s", errBadEnvelope, where)
+	case errors.Is(err, errOverflow):
+		return fmt.Errorf("%w: %s overflows", errBadEnvelope, where)
+	}
+	return err
+}
+
+// errOverflow is what encoding/binary returns for a uvarint over 64 bits; it exports no
+// sentinel, so the value is captured once.
+var errOverflow = func() error {
+	_, err := binary.ReadUvarint(bytes.NewReader(bytes.Repeat([]byte{0xff}, 11)))
+	return err
+}()
 
 func parseRequestHead(kind byte, r *headReader) (*requestHead, error) {
 	if kind != kindRequest {

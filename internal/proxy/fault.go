@@ -42,7 +42,7 @@ const (
 	causeUpstreamTimeout = "upstream_timeout"
 	causeUpstreamBad     = "upstream_bad_response"
 	causeUnknownUpstream = "unknown_upstream"
-	causeShuttingDown    = "shutting_down"
+	causeOverloaded      = "overloaded"
 	causeInternal        = "internal"
 )
 
@@ -131,6 +131,8 @@ func reasonFor(status int) string {
 		return "Service Unavailable"
 	case 504:
 		return "Gateway Timeout"
+	case 505:
+		return "HTTP Version Not Supported"
 	}
 	return "Error"
 }

@@ -96,11 +96,8 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) unreachable: %v", up.Name, up.Address, unwrapOp(err))}, err)
 		return
 	}
-	reusable := false
 	defer func() {
-		if reusable {
-			pool.put(uc)
-		} else {
+		if uc != nil { // not handed back: the exchange failed part-way
 			_ = uc.conn.Close()
 		}
 	}()
@@ -151,13 +148,23 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	_ = uc.conn.SetReadDeadline(start.Add(o.lim.ExchangeTimeout))
 	n, err := o.sendResponse(st, uc, resp)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(n))
+	if err == nil {
+		// The upstream's part is done: hand its connection back before the last frame
+		// goes out, so the next exchange (often already on its way) finds it idle.
+		if !resp.Close && up.PoolSize > 0 {
+			pool.put(uc)
+		} else {
+			_ = uc.conn.Close()
+		}
+		uc = nil
+		err = st.CloseWrite()
+	}
 	if err != nil {
 		o.log.Warn("response not delivered whole; stream reset", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
 		o.m.gatewayErrors.WithLabelValues("origin", causeUpstreamBad).Inc()
 		o.m.exchanges.WithLabelValues("origin", up.Name, "gateway_error").Inc()
 		return // st.Close resets the unfinished stream: the edge aborts the client
 	}
-	reusable = !resp.Close && up.PoolSize > 0
 	outcome := "ok"
 	if resp.StatusCode >= 500 {
 		outcome = "soap_fault"
@@ -204,7 +211,9 @@ func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Rea
 		}
 	}
 	minor := 1
-	if up.HTTP10 {
+	// An HTTP/1.0 request without Host is valid as 1.0 but not as 1.1 (RFC 9112 §3.2: the
+	// server must answer 400). Forward it as the client sent it rather than invent a Host.
+	if up.HTTP10 || (req.ProtoMinor == 0 && !h.Has("Host")) {
 		minor = 0
 		h = append(h, httpwire.Field{Name: "Connection", Value: "keep-alive"})
 	}
@@ -289,6 +298,7 @@ func copyBody(w io.Writer, r io.Reader) (int64, error) {
 
 // sendResponse streams the upstream's response into the tunnel: a frame leaves whenever
 // the upstream has nothing more at hand, so a slow or streamed response is not held back.
+// The caller ends the message with CloseWrite once the upstream connection is released.
 func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response) (int64, error) {
 	head := responseHead{
 		Status:        resp.StatusCode,
@@ -324,13 +334,12 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 			}
 		}
 		if err == io.EOF {
-			break
+			return n, nil
 		}
 		if err != nil {
 			return n, err
 		}
 	}
-	return n, st.CloseWrite()
 }
 
 func equalFold(a, b string) bool {

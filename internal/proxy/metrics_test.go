@@ -1,0 +1,103 @@
+package proxy
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+// metricNames pins the exported names: dashboards and alerts depend on them.
+var metricNames = []string{
+	"soapgw_edge_client_connections",
+	"soapgw_edge_retries_total",
+	"soapgw_exchange_duration_seconds",
+	"soapgw_exchanges_total",
+	"soapgw_gateway_errors_total",
+	"soapgw_http_bytes_total",
+	"soapgw_origin_upstream_connections_total",
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := NewMetrics(reg)
+
+	// Exercise them through a real edge ⇄ origin exchange, a gateway error and a retry.
+	up := newUpstream(t, okResponse("<ok/>"))
+	env := newEnv(t, envConfig{
+		Metrics:   m,
+		Upstreams: []Upstream{{Name: "up", Address: up.addr(), PoolSize: 1}},
+		Routes: []Route{
+			{PathPrefix: "/ghost", Peer: "p", Upstream: "ghost"},
+			{Peer: "p", Upstream: "up"},
+		},
+	})
+	cl := env.dial()
+	cl.send(soapRequest(1, "/svc", "", "<x/>"))
+	resp, _ := cl.read("POST")
+	require.Equal(t, 200, resp.StatusCode)
+	cl.send(soapRequest(1, "/ghost", "", "<x/>"))
+	f := cl.readFault()
+	require.Equal(t, causeUnknownUpstream, f.cause)
+	m.retries.WithLabelValues("p").Inc() // retries have their own end-to-end test
+
+	require.Equal(t, 1.0, testutil.ToFloat64(m.clientConns))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.upstreamConns.WithLabelValues("up")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "up", "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("origin", "up", "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "ghost", "gateway_error")))
+	require.Positive(t, testutil.ToFloat64(m.gatewayErrors.WithLabelValues("origin", causeUnknownUpstream)))
+	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("edge", "client_in")))
+	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("edge", "client_out")))
+	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("origin", "server_out")))
+	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("origin", "server_in")))
+	require.Equal(t, 2, testutil.CollectAndCount(m.duration), "one edge and one origin series")
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	sort.Strings(names)
+	require.Equal(t, metricNames, names)
+
+	for _, c := range []prometheus.Collector{m.exchanges, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns} {
+		problems, err := testutil.CollectAndLint(c)
+		require.NoError(t, err)
+		require.Empty(t, problems)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+}
+
+func TestNewMetricsUnregistered(t *testing.T) {
+	m := NewMetrics(nil)
+	m.exchanges.WithLabelValues("edge", "u", "ok").Inc()
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "u", "ok")))
+	// Two sets of collectors can live side by side when unregistered, and one registry
+	// refuses a second set (the names would collide).
+	_ = NewMetrics(nil)
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	require.Panics(t, func() { NewMetrics(reg) })
+}
+
+// Regression: an error detected by the origin used to be counted twice under
+// role="origin" when edge and origin share a Metrics (a node running both roles). The
+// origin counts it under role="origin", the edge that answers the client under role="edge".
+func TestOriginGatewayErrorCountedOncePerRole(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	env := newEnv(t, envConfig{Metrics: m, Routes: []Route{{Peer: "p", Upstream: "ghost"}}})
+	cl := env.dial()
+	cl.send(soapRequest(1, "/svc", "", "<x/>"))
+	f := cl.readFault()
+	require.Equal(t, causeUnknownUpstream, f.cause)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.gatewayErrors.WithLabelValues("origin", causeUnknownUpstream)),
+		"one unknown-upstream error detected by the origin")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.gatewayErrors.WithLabelValues("edge", causeUnknownUpstream)),
+		"one unknown-upstream fault answered by the edge")
+}
