@@ -29,6 +29,11 @@ type Edge struct {
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 
+	// abortAll is cancelled when a drain's deadline passes: exchanges still waiting on the
+	// tunnel are reset so Shutdown can return.
+	abortCtx context.Context
+	abortAll context.CancelFunc
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*clientConn]struct{}
@@ -56,7 +61,9 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	lim := cfg.Limits.withDefaults()
+	abortCtx, abortAll := context.WithCancel(context.Background())
 	return &Edge{
+		abortCtx: abortCtx, abortAll: abortAll,
 		cfg: cfg, lim: lim, m: m, log: log.With("role", "edge"),
 		inflight:  make(chan struct{}, lim.MaxConcurrentExchanges),
 		listeners: map[net.Listener]struct{}{},
@@ -139,6 +146,7 @@ func (e *Edge) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
+		e.abortAll()
 		e.mu.Lock()
 		for cc := range e.conns {
 			_ = cc.Close()
@@ -247,6 +255,8 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	host := req.Header.Get("Host")
 	respMinor := req.ProtoMinor
 	fail := func(status int, cause string, err error, close bool) bool {
+		// The exchange deadline may be what failed: give the fault its own time to go out.
+		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		e.gatewayError(cc, id, "", cause, err)
 		e.m.exchanges.WithLabelValues("edge", "", "gateway_error").Inc()
 		_, _ = bw.Write(faultResponse(nil, sv, respMinor, status, cause, err.Error(), id, close || req.Close))
@@ -283,7 +293,9 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 		}
 	}
 
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	// ctx ends at the exchange deadline, or earlier when a drain's deadline passes
+	// (abortCtx); every stream opened for this exchange is reset when it ends.
+	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
 	defer cancel()
 	opener := e.cfg.Peers[route.Peer]
 	head := requestHead{
@@ -333,6 +345,9 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 			return fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", route.Peer, err), !replayable)
 		}
 		_ = st.SetDeadline(deadline)
+		opened := st
+		stop := context.AfterFunc(ctx, func() { _ = opened.Close() })
+		defer stop()
 		if replayable {
 			_, err = st.Write(msg)
 			if err == nil {
@@ -390,6 +405,7 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
 	if gwErr != nil {
+		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		// The origin counted it under role="origin"; here it is what the client saw.
 		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
 		e.m.exchanges.WithLabelValues("edge", route.Upstream, "gateway_error").Inc()
@@ -420,6 +436,10 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	}
 	return keep
 }
+
+// faultWriteTimeout bounds writing a gateway fault to the client, which may happen after
+// the exchange deadline (that is often why there is a fault).
+const faultWriteTimeout = 5 * time.Second
 
 var (
 	errTooLarge   = errors.New("soapgw: body exceeds limit")
@@ -464,7 +484,8 @@ var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // a Content-Length to HTTP/1.0 clients, so they never wait for a FIN (seed 003 §6.6).
 func (e *Edge) writeResponse(bw *bufio.Writer, sbr *bufio.Reader, req *httpwire.Request, resp *responseHead) (keep bool, err error) {
 	h := resp.Header
-	keep = !req.Close
+	// While draining, tell the client this is the connection's last response.
+	keep = !req.Close && !e.isDraining()
 	bodyless := req.Method == "HEAD" || resp.Status == 204 || resp.Status == 304 || resp.Status < 200
 	minor := req.ProtoMinor
 	var body []byte

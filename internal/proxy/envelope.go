@@ -273,12 +273,14 @@ func readHead(br *bufio.Reader, max int) (kind byte, r *headReader, err error) {
 // an impossible length is a malformed envelope; any other error (stream reset, checksum,
 // timeout) is kept as it is so callers can still tell retryable and timeout errors apart.
 func truncated(err error, where string) error {
+	// Compared with ==, not errors.Is: a clean end of the message is io.EOF itself, while
+	// a session that died wraps io.EOF in its cause and must stay a tunnel error.
 	switch {
-	case errors.Is(err, io.EOF) && where == "length prefix":
+	case err == io.EOF && where == "length prefix":
 		return fmt.Errorf("%w: empty message", errBadEnvelope)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case err == io.EOF, err == io.ErrUnexpectedEOF:
 		return fmt.Errorf("%w: message ends inside its %s", errBadEnvelope, where)
-	case errors.Is(err, errOverflow):
+	case err == errOverflow:
 		return fmt.Errorf("%w: %s overflows", errBadEnvelope, where)
 	}
 	return err

@@ -101,6 +101,14 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			_ = uc.conn.Close()
 		}
 	}()
+	// When ctx ends (drain deadline passed, session gone) unblock the upstream call and
+	// the stream. A connection interrupted this way is never pooled.
+	upConn := uc.conn
+	stopAbort := context.AfterFunc(ctx, func() {
+		_ = upConn.SetDeadline(time.Unix(1, 0))
+		_ = st.Close()
+	})
+	defer stopAbort()
 
 	if err := o.sendRequest(uc, req, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
@@ -151,7 +159,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
 		// goes out, so the next exchange (often already on its way) finds it idle.
-		if !resp.Close && up.PoolSize > 0 {
+		if !resp.Close && up.PoolSize > 0 && stopAbort() {
 			pool.put(uc)
 		} else {
 			_ = uc.conn.Close()

@@ -116,7 +116,18 @@ func (srv *Server) serveConn(conn net.Conn) {
 			}
 			return
 		}
+		// handlers.Add must not race with Shutdown's handlers.Wait: both happen under
+		// srv.mu, and once draining no handler starts. A stream that was accepted but
+		// not yet handled is refused, which tells the peer it was never processed and
+		// may be sent again elsewhere.
+		srv.mu.Lock()
+		if srv.draining {
+			srv.mu.Unlock()
+			st.Reset(frame.CodeRefused, "shutting down")
+			continue
+		}
 		srv.handlers.Add(1)
+		srv.mu.Unlock()
 		go func() {
 			defer srv.handlers.Done()
 			srv.handler(ctx, st)
@@ -125,8 +136,11 @@ func (srv *Server) serveConn(conn net.Conn) {
 }
 
 // Shutdown drains: it sends GOAWAY on every session so peers open no new streams (and
-// retry those above the last accepted id elsewhere), waits for running handlers until ctx
-// is done, then closes every session. The caller closes the listener first.
+// send those it refuses elsewhere), waits for running handlers, lets every session write
+// what they queued, then closes the sessions. If ctx ends first it cancels the handlers'
+// context, closes every session at once (which fails their stream operations) and returns
+// ctx.Err() without waiting further, as net/http.Server.Shutdown does. The caller closes
+// the listener first.
 func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.mu.Lock()
 	srv.draining = true
@@ -136,19 +150,30 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.mu.Unlock()
 	done := make(chan struct{})
 	go func() { srv.handlers.Wait(); close(done) }()
-	var err error
 	select {
 	case <-done:
+		srv.mu.Lock()
+		sessions := make([]*Session, 0, len(srv.sessions))
+		for s := range srv.sessions {
+			sessions = append(sessions, s)
+		}
+		srv.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, s := range sessions {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = s.CloseGracefully(ctx) }()
+		}
+		wg.Wait()
+		srv.cancel()
+		srv.conns.Wait()
+		return ctx.Err()
 	case <-ctx.Done():
-		err = ctx.Err()
+		srv.cancel()
+		srv.mu.Lock()
+		for s := range srv.sessions {
+			go s.Close()
+		}
+		srv.mu.Unlock()
+		return ctx.Err()
 	}
-	srv.cancel()
-	srv.mu.Lock()
-	for s := range srv.sessions {
-		go s.Close()
-	}
-	srv.mu.Unlock()
-	srv.conns.Wait()
-	srv.handlers.Wait()
-	return err
 }

@@ -47,6 +47,7 @@ type Session struct {
 	acceptCh chan *Stream
 
 	goAwayCh    chan struct{} // closed when the peer sends GOAWAY
+	closing     atomic.Bool   // CloseGracefully: close once everything queued is written
 	lastRecv    atomic.Int64  // unix nanos of the last frame received
 	rtt         atomic.Int64  // nanos, last measured
 	pingSent    atomic.Int64  // unix nanos of the outstanding PING, 0 if none
@@ -270,6 +271,20 @@ func (s *Session) Close() error {
 	return nil
 }
 
+// CloseGracefully writes every frame already queued (the last frames of finished
+// exchanges, RSTs, GOAWAY), then closes the session. If ctx ends first it closes at once.
+// Close alone would drop queued frames: an exchange whose handler has returned may still
+// have its END frame waiting for the writer.
+func (s *Session) CloseGracefully(ctx context.Context) error {
+	s.closing.Store(true)
+	s.wake()
+	select {
+	case <-s.ctx.Done():
+	case <-ctx.Done():
+	}
+	return s.Close()
+}
+
 // Done is closed when the session is closed.
 func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
 
@@ -424,7 +439,17 @@ func (s *Session) sendLoop() {
 			s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
 			return
 		}
+		if s.closing.Load() && s.queueEmpty() {
+			s.closeWithError(ErrSessionClosed)
+			return
+		}
 	}
+}
+
+func (s *Session) queueEmpty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ctrlQ) == 0 && s.ringHead == len(s.ring)
 }
 
 func (s *Session) write(b []byte) error {
