@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,8 +39,9 @@ type Peer struct {
 
 	mu       sync.Mutex
 	sessions []*Session
-	changed  chan struct{} // closed and replaced whenever sessions changes
+	changed  chan struct{} // closed and replaced whenever sessions change or a stream frees up for a waiter
 	lastErr  error
+	waiters  atomic.Int32 // OpenStream calls waiting for a session or a free stream slot
 }
 
 // NewPeer starts the connection slots; they run until Close or until ctx is cancelled.
@@ -117,6 +119,7 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 		}
 		lastErr := p.lastErr
 		p.mu.Unlock()
+		atLimit := false
 		for len(cands) > 0 {
 			best := 0
 			bestN := cands[0].NumStreams()
@@ -132,21 +135,52 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 			if ctx.Err() != nil {
 				return nil, err
 			}
+			atLimit = atLimit || errors.Is(err, ErrStreamLimit)
 			cands = append(cands[:best], cands[best+1:]...)
 		}
+		// Wait for a session to come up or, when every session is at its stream limit,
+		// for a stream to finish (sessions signal that while someone waits).
+		p.waiters.Add(1)
+		var why error
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return nil, p.unavailable(ctx.Err(), lastErr)
+			why = ctx.Err()
 		case <-wait.C:
-			return nil, p.unavailable(nil, lastErr)
+			why = errWaitedDialTimeout
 		case <-p.ctx.Done():
-			return nil, p.unavailable(ErrSessionClosed, lastErr)
+			why = ErrSessionClosed
 		}
+		p.waiters.Add(-1)
+		if why == nil {
+			select {
+			case <-changed:
+				continue // a session came up or a stream slot freed: try again
+			default:
+			}
+		}
+		if atLimit {
+			return nil, &refusedError{fmt.Errorf("%w: every session to %q is at the peer's stream limit", ErrStreamLimit, p.cfg.Name)}
+		}
+		return nil, p.unavailable(why, lastErr)
 	}
 }
 
+// streamFreed wakes OpenStream calls waiting for a free stream slot.
+func (p *Peer) streamFreed() {
+	if p.waiters.Load() > 0 {
+		p.setSessions(func(ss []*Session) []*Session { return ss }, nil)
+	}
+}
+
+// errWaitedDialTimeout marks an OpenStream that gave up after DialTimeout; it is not
+// reported as a cause of its own.
+var errWaitedDialTimeout = errors.New("waited dial timeout")
+
 func (p *Peer) unavailable(why, lastErr error) error {
+	if why == errWaitedDialTimeout {
+		why = nil
+	}
 	switch {
 	case lastErr != nil && why != nil:
 		return fmt.Errorf("%w: %w (%w)", ErrNoPeer, lastErr, why)
@@ -223,12 +257,14 @@ func (p *Peer) maintain(slot int) {
 			continue
 		}
 		p.m.dial(p.cfg.Name, true)
+		freed := p.streamFreed
+		s.onFree.Store(&freed)
+		started := time.Now()
 		if failures > 0 {
 			p.log.Info("tunnel reconnected", "slot", slot, "after_attempts", failures, "peer_node", s.Peer().Node)
 		} else {
 			p.log.Debug("tunnel connected", "slot", slot, "peer_node", s.Peer().Node)
 		}
-		failures, backoff = 0, p.cfg.BackoffMin
 		p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
 		select {
 		case <-s.Done():
@@ -255,8 +291,26 @@ func (p *Peer) maintain(slot int) {
 			p.remove(s)
 			return
 		}
+		// A session that ended (or was sent away) soon after it started counts as a
+		// failure: a peer that accepts and drops connections must meet the backoff, not
+		// a reconnect storm. A session that lived resets it.
+		if time.Since(started) < minHealthySession {
+			failures++
+			d := backoff/2 + rand.N(backoff/2+1)
+			backoff = min(backoff*2, p.cfg.BackoffMax)
+			select {
+			case <-time.After(d):
+			case <-p.ctx.Done():
+				return
+			}
+		} else {
+			failures, backoff = 0, p.cfg.BackoffMin
+		}
 	}
 }
+
+// minHealthySession is how long a session must live for the reconnect backoff to reset.
+const minHealthySession = 2 * time.Second
 
 func (p *Peer) connect() (*Session, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)

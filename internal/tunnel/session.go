@@ -46,11 +46,12 @@ type Session struct {
 	wsignal  chan struct{} // wakes sendLoop; capacity 1
 	acceptCh chan *Stream
 
-	goAwayCh    chan struct{} // closed when the peer sends GOAWAY
-	closing     atomic.Bool   // CloseGracefully: close once everything queued is written
-	lastRecv    atomic.Int64  // unix nanos of the last frame received
-	rtt         atomic.Int64  // nanos, last measured
-	pingSent    atomic.Int64  // unix nanos of the outstanding PING, 0 if none
+	goAwayCh    chan struct{}          // closed when the peer sends GOAWAY
+	closing     atomic.Bool            // CloseGracefully: close once everything queued is written
+	onFree      atomic.Pointer[func()] // called when a stream finishes (Peer wakes waiters)
+	lastRecv    atomic.Int64           // unix nanos of the last frame received
+	rtt         atomic.Int64           // nanos, last measured
+	pingSent    atomic.Int64           // unix nanos of the outstanding PING, 0 if none
 	streamsDone chan struct{}
 }
 
@@ -317,12 +318,25 @@ func (s *Session) closeWithError(err error) {
 	})
 }
 
+// maxQueuedControl bounds control frames waiting for the writer. A peer that sends PINGs
+// (or provokes RSTs) faster than it reads our answers would otherwise grow this queue
+// without limit; past it the session is closed, as HTTP/2 servers do against such floods.
+const maxQueuedControl = 1024
+
+// errControlFlood closes a session whose peer provoked too many queued control frames.
+var errControlFlood = errors.New("tunnel: peer provoked more than 1024 queued control frames without reading them")
+
 // sendControl queues a control frame ahead of all DATA.
 func (s *Session) sendControl(t frame.Type, fl frame.Flags, id uint32, payload []byte) {
-	b := getBuf()
+	b := make([]byte, 0, frame.HeaderLen+len(payload))
 	b = frame.Header{Length: uint32(len(payload)), Type: t, Flags: fl, StreamID: id}.Append(b)
 	b = append(b, payload...)
 	s.mu.Lock()
+	if len(s.ctrlQ) >= maxQueuedControl {
+		s.mu.Unlock()
+		go s.closeWithError(errControlFlood)
+		return
+	}
 	s.ctrlQ = append(s.ctrlQ, b)
 	s.mu.Unlock()
 	s.wake()
@@ -484,6 +498,9 @@ func (s *Session) recvLoop() {
 				return
 			}
 		}
+		if s.ctx.Err() != nil {
+			return // closed while this frame was read
+		}
 		s.lastRecv.Store(time.Now().UnixNano())
 		s.m.received[min(int(h.Type), len(s.m.received)-1)].Inc()
 		s.m.bytesIn.Add(float64(frame.HeaderLen + len(p)))
@@ -597,6 +614,12 @@ func (s *Session) handleData(h frame.Header, p []byte) error {
 		return fmt.Errorf("%w: DATA on stream 0", frame.ErrBadPayload)
 	}
 	s.mu.Lock()
+	if s.ctx.Err() != nil {
+		// closeWithError has failed every stream; recvLoop may still be working through
+		// frames already buffered. A stream created now would never be failed.
+		s.mu.Unlock()
+		return ErrSessionClosed
+	}
 	st := s.streams[h.StreamID]
 	if st == nil {
 		peerParity := h.StreamID%2 != s.nextID%2
@@ -643,6 +666,9 @@ func (s *Session) removeStream(st *Stream) {
 		s.m.streams.Dec()
 	}
 	s.mu.Unlock()
+	if f := s.onFree.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // keepaliveLoop sends a PING every KeepaliveInterval, measures RTT from its ACK, and closes

@@ -1,0 +1,169 @@
+package proxy
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+// operationOf names the SOAP operation of a request for metrics: the SOAPAction (SOAP
+// 1.1), the action parameter of the Content-Type (SOAP 1.2), or else the first element
+// inside the envelope's Body. body may be a prefix of the message. "" when unknown.
+func operationOf(h httpwire.Header, body []byte) string {
+	if a := strings.Trim(h.Get("SOAPAction"), `" `); a != "" {
+		return lastSegment(a)
+	}
+	if ct := h.Get("Content-Type"); ct != "" {
+		if i := strings.Index(strings.ToLower(ct), "action="); i >= 0 {
+			a := ct[i+len("action="):]
+			if j := strings.IndexByte(a, ';'); j >= 0 {
+				a = a[:j]
+			}
+			if a = strings.Trim(a, `" `); a != "" {
+				return lastSegment(a)
+			}
+		}
+	}
+	return firstBodyElement(body)
+}
+
+// lastSegment reduces an action URI to its operation: "urn:Diary#addEntry" → addEntry,
+// "http://tempuri.org/IService/GetOrders" → GetOrders.
+func lastSegment(a string) string {
+	if i := strings.LastIndexAny(a, "/#:"); i >= 0 && i < len(a)-1 {
+		return a[i+1:]
+	}
+	return a
+}
+
+// firstBodyElement finds the local name of the first element inside soap:Body with a
+// byte scan (no XML parse on the hot path; metrics only need a good guess).
+func firstBodyElement(b []byte) string {
+	i := bytes.Index(b, []byte(":Body"))
+	if i < 0 {
+		i = bytes.Index(b, []byte("<Body"))
+	}
+	if i < 0 {
+		return ""
+	}
+	b = b[i:]
+	gt := bytes.IndexByte(b, '>')
+	if gt < 0 {
+		return ""
+	}
+	b = b[gt+1:]
+	for {
+		lt := bytes.IndexByte(b, '<')
+		if lt < 0 || lt+1 >= len(b) {
+			return ""
+		}
+		b = b[lt+1:]
+		if b[0] == '!' || b[0] == '?' || b[0] == '/' {
+			continue // comment, PI, or an empty Body's end tag
+		}
+		end := bytes.IndexAny(b, " \t\r\n/>")
+		if end < 0 {
+			return ""
+		}
+		name := b[:end]
+		if c := bytes.LastIndexByte(name, ':'); c >= 0 {
+			name = name[c+1:]
+		}
+		return string(name)
+	}
+}
+
+// faultCodeOf extracts the fault code of a SOAP Fault body (prefix dropped, subcodes after
+// a dot dropped: "soap:Client.Rejected" → Client), or "" if body has no fault code.
+func faultCodeOf(body []byte) string {
+	var v []byte
+	if i := bytes.Index(body, []byte("<faultcode")); i >= 0 { // SOAP 1.1
+		v = textAfterTag(body[i:])
+	} else if i := bytes.Index(body, []byte(":Code")); i >= 0 { // SOAP 1.2: Code/Value
+		if j := bytes.Index(body[i:], []byte(":Value")); j >= 0 {
+			v = textAfterTag(body[i+j:])
+		}
+	}
+	v = bytes.TrimSpace(v)
+	if c := bytes.LastIndexByte(v, ':'); c >= 0 {
+		v = v[c+1:]
+	}
+	if d := bytes.IndexByte(v, '.'); d >= 0 {
+		v = v[:d]
+	}
+	return string(v)
+}
+
+func textAfterTag(b []byte) []byte {
+	gt := bytes.IndexByte(b, '>')
+	if gt < 0 {
+		return nil
+	}
+	b = b[gt+1:]
+	if lt := bytes.IndexByte(b, '<'); lt >= 0 {
+		return b[:lt]
+	}
+	return nil
+}
+
+// knownFaultCodes are the fault codes of SOAP 1.1 and 1.2; anything else is "other", so
+// a server cannot blow up the number of metric series.
+var knownFaultCodes = map[string]bool{
+	"Server": true, "Client": true, "Receiver": true, "Sender": true,
+	"VersionMismatch": true, "MustUnderstand": true, "DataEncodingUnknown": true,
+}
+
+func faultLabel(code string) string {
+	if knownFaultCodes[code] {
+		return code
+	}
+	return "other"
+}
+
+// labelSet bounds a label's values: the first max distinct valid values are kept, later
+// ones fold into "other". Operation names come from clients; without a bound a client
+// could create a metric series per request.
+type labelSet struct {
+	mu   sync.RWMutex
+	max  int
+	seen map[string]struct{}
+}
+
+func newLabelSet(max int) *labelSet { return &labelSet{max: max, seen: map[string]struct{}{}} }
+
+func (l *labelSet) label(v string) string {
+	if v == "" {
+		return "unknown"
+	}
+	if len(v) > 64 || !validLabel(v) {
+		return "other"
+	}
+	l.mu.RLock()
+	_, ok := l.seen[v]
+	l.mu.RUnlock()
+	if ok {
+		return v
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[v]; ok {
+		return v
+	}
+	if len(l.seen) >= l.max {
+		return "other"
+	}
+	l.seen[v] = struct{}{}
+	return v
+}
+
+func validLabel(v string) bool {
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,407 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
+)
+
+// startPeer runs a Peer to addr; it is closed at test end.
+func startPeer(t *testing.T, addr string, mod func(*PeerConfig)) *Peer {
+	t.Helper()
+	cfg := PeerConfig{Name: "origin", Address: addr, Connections: 1, DialTimeout: time.Second, BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p := NewPeer(context.Background(), cfg, nil, nil)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// peerExchange is exchange over a stream the Peer picks.
+func peerExchange(ctx context.Context, p *Peer, msg []byte) ([]byte, error) {
+	st, err := p.OpenStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if _, err := st.Write(msg); err != nil {
+		return nil, err
+	}
+	if err := st.CloseWrite(); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(st)
+}
+
+func waitSessions(t *testing.T, p *Peer, n int) []*Session {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(p.sessionsSnapshot()) == n }, 3*time.Second, 2*time.Millisecond, "peer never had %d sessions", n)
+	return p.sessionsSnapshot()
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func TestPeerConnectsAndReady(t *testing.T) {
+	ts := startServer(t, nil, 0, echoHandler)
+	p := startPeer(t, ts.addr, func(c *PeerConfig) { c.Connections = 3 })
+	require.Equal(t, "origin", p.Name())
+	require.Eventually(t, p.Ready, 3*time.Second, 2*time.Millisecond)
+	ss := waitSessions(t, p, 3)
+	require.Eventually(t, func() bool { return len(ts.sessions()) == 3 }, 2*time.Second, 2*time.Millisecond)
+	for _, s := range ss {
+		require.NoError(t, s.Err())
+		require.False(t, s.Draining())
+	}
+	got, err := peerExchange(context.Background(), p, []byte("hi"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("re:hi"), got)
+}
+
+func TestPeerSpreadsStreamsLeastLoaded(t *testing.T) {
+	ts := startServer(t, nil, 0, echoHandler)
+	p := startPeer(t, ts.addr, func(c *PeerConfig) { c.Connections = 3 })
+	ss := waitSessions(t, p, 3)
+	perSession := func(sts []*Stream) map[*Session][]*Stream {
+		m := map[*Session][]*Stream{}
+		for _, st := range sts {
+			m[st.Session()] = append(m[st.Session()], st)
+		}
+		return m
+	}
+	var sts []*Stream
+	for range 9 {
+		st, err := p.OpenStream(context.Background())
+		require.NoError(t, err)
+		sts = append(sts, st)
+	}
+	m := perSession(sts)
+	require.Len(t, m, 3)
+	for _, s := range ss {
+		require.Len(t, m[s], 3, "streams not spread evenly")
+		require.Equal(t, 3, s.NumStreams())
+	}
+	// Free one session: the next streams go there until it is as loaded as the others.
+	for _, st := range m[ss[1]] {
+		require.NoError(t, st.Close())
+	}
+	var more []*Stream
+	for range 3 {
+		st, err := p.OpenStream(context.Background())
+		require.NoError(t, err)
+		more = append(more, st)
+	}
+	require.Len(t, perSession(more)[ss[1]], 3, "new streams did not go to the least loaded session")
+	for _, st := range append(sts, more...) {
+		_ = st.Close()
+	}
+}
+
+func TestPeerNoListenerFailsFast(t *testing.T) {
+	const dialTimeout = 300 * time.Millisecond
+	t.Run("refused", func(t *testing.T) {
+		p := startPeer(t, closedAddr(t), func(c *PeerConfig) { c.DialTimeout = dialTimeout })
+		begin := time.Now()
+		st, err := p.OpenStream(context.Background())
+		took := time.Since(begin)
+		require.Nil(t, st)
+		require.ErrorIs(t, err, ErrNoPeer)
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		require.ErrorContains(t, err, "connection refused")
+		require.Less(t, took, dialTimeout+time.Second)
+		require.False(t, p.Ready())
+	})
+	t.Run("ctx", func(t *testing.T) {
+		p := startPeer(t, closedAddr(t), func(c *PeerConfig) { c.DialTimeout = 5 * time.Second })
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		begin := time.Now()
+		_, err := p.OpenStream(ctx)
+		require.ErrorIs(t, err, ErrNoPeer)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(begin), time.Second)
+	})
+	t.Run("blackhole", func(t *testing.T) {
+		// A dial that never completes is bounded by DialTimeout too.
+		p := startPeer(t, "192.0.2.1:9", func(c *PeerConfig) {
+			c.DialTimeout = dialTimeout
+			c.Dial = func(ctx context.Context, _ string) (net.Conn, error) {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+		})
+		begin := time.Now()
+		_, err := p.OpenStream(context.Background())
+		require.ErrorIs(t, err, ErrNoPeer)
+		require.Less(t, time.Since(begin), dialTimeout+time.Second)
+	})
+}
+
+func TestPeerReconnectsAfterServerClosesSession(t *testing.T) {
+	ts := startServer(t, nil, 0, echoHandler)
+	p := startPeer(t, ts.addr, nil)
+	old := waitSessions(t, p, 1)[0]
+	got, err := peerExchange(context.Background(), p, []byte("one"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("re:one"), got)
+
+	var victim []*Session
+	require.Eventually(t, func() bool { victim = ts.sessions(); return len(victim) == 1 }, time.Second, 2*time.Millisecond)
+	require.NoError(t, victim[0].Close()) // the origin kills the connection
+	select {
+	case <-old.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("peer did not notice the server closed the connection")
+	}
+	require.Eventually(t, func() bool {
+		ss := p.sessionsSnapshot()
+		return len(ss) == 1 && ss[0] != old && p.Ready()
+	}, 3*time.Second, 2*time.Millisecond, "no replacement session")
+	got, err = peerExchange(context.Background(), p, []byte("two"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("re:two"), got)
+}
+
+// Dial failures back off exponentially with jitter, capped at BackoffMax.
+func TestPeerBackoffJitteredExponential(t *testing.T) {
+	const bmin, bmax = 10 * time.Millisecond, 80 * time.Millisecond
+	var mu sync.Mutex
+	var at []time.Time
+	p := startPeer(t, "origin.invalid:1", func(c *PeerConfig) {
+		c.BackoffMin, c.BackoffMax = bmin, bmax
+		c.Dial = func(ctx context.Context, _ string) (net.Conn, error) {
+			mu.Lock()
+			at = append(at, time.Now())
+			mu.Unlock()
+			return nil, errors.New("test: dial refused")
+		}
+	})
+	const window = time.Second
+	time.Sleep(window)
+	require.NoError(t, p.Close())
+	mu.Lock()
+	defer mu.Unlock()
+	// No reconnect storm: after the first few, attempts are at least bmax/2 apart.
+	require.GreaterOrEqual(t, len(at), 6)
+	require.LessOrEqual(t, len(at), 4+int(window/(bmax/2))+1, "too many attempts in %s", window)
+	var gaps []time.Duration
+	for i := 1; i < len(at); i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]))
+	}
+	backoff := bmin
+	var capped []time.Duration
+	for i, g := range gaps {
+		require.GreaterOrEqual(t, g, backoff/2-time.Millisecond, "gap %d (%v) below half the backoff %v: %v", i, g, backoff, gaps)
+		require.LessOrEqual(t, g, bmax+50*time.Millisecond, "gap %d above BackoffMax: %v", i, gaps)
+		if backoff == bmax {
+			capped = append(capped, g)
+		}
+		backoff = min(2*backoff, bmax)
+	}
+	require.Less(t, (gaps[0]+gaps[1])/2, (gaps[len(gaps)-1]+gaps[len(gaps)-2]+gaps[len(gaps)-3])/3, "gaps do not grow: %v", gaps)
+	// Jitter: the capped delays are not all the same.
+	lo, hi := capped[0], capped[0]
+	for _, g := range capped {
+		lo, hi = min(lo, g), max(hi, g)
+	}
+	require.Greater(t, hi-lo, 5*time.Millisecond, "no jitter: %v", capped)
+}
+
+// TestPeerBacksOffWhenSessionsDieAtOnce: a peer that completes the handshake and then drops
+// the connection (or sends GOAWAY at once) used to be redialled with no delay, hundreds of
+// times a second. A session that dies young now counts as a failure for the backoff.
+func TestPeerBacksOffWhenSessionsDieAtOnce(t *testing.T) {
+	for _, mode := range []string{"close", "goaway"} {
+		t.Run(mode, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			var handshakes atomic.Int64
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var keep []*Session
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						s, err := ServerSession(context.Background(), c, nil, nil)
+						if err != nil {
+							return
+						}
+						handshakes.Add(1)
+						if mode == "close" {
+							_ = s.Close()
+							return
+						}
+						s.GoAway(frame.CodeNoError, "draining")
+						mu.Lock()
+						keep = append(keep, s)
+						mu.Unlock()
+					}()
+				}
+			}()
+			p := NewPeer(context.Background(), PeerConfig{Name: "storm", Address: ln.Addr().String(), Connections: 1,
+				BackoffMin: 50 * time.Millisecond, BackoffMax: time.Second}, nil, nil)
+			time.Sleep(500 * time.Millisecond)
+			_ = p.Close()
+			_ = ln.Close()
+			mu.Lock()
+			for _, s := range keep {
+				_ = s.Close()
+			}
+			mu.Unlock()
+			wg.Wait()
+			n := handshakes.Load()
+			t.Logf("%s: %d handshakes in 500 ms with BackoffMin 50 ms", mode, n)
+			require.LessOrEqual(t, n, int64(20), "reconnect storm")
+		})
+	}
+}
+
+// GOAWAY makes the Peer open a replacement session while the old one finishes its streams.
+func TestPeerGoAwayOpensReplacement(t *testing.T) {
+	ts := startServer(t, nil, 0, echoHandler)
+	p := startPeer(t, ts.addr, nil)
+	old := waitSessions(t, p, 1)[0]
+	st, err := p.OpenStream(context.Background())
+	require.NoError(t, err)
+	require.Same(t, old, st.Session())
+	_, err = st.Write([]byte("part1,"))
+	require.NoError(t, err)
+	require.NoError(t, st.Flush())
+	var srvSide *Session
+	require.Eventually(t, func() bool {
+		ss := ts.sessions()
+		if len(ss) == 1 && ss[0].NumStreams() == 1 {
+			srvSide = ss[0]
+			return true
+		}
+		return false
+	}, 2*time.Second, 2*time.Millisecond)
+
+	srvSide.GoAway(frame.CodeNoError, "restarting")
+	require.Eventually(t, func() bool {
+		ss := p.sessionsSnapshot()
+		return len(ss) == 2 && p.Ready()
+	}, 3*time.Second, 2*time.Millisecond, "no replacement session after GOAWAY")
+	require.True(t, old.Draining())
+	require.NoError(t, old.Err())
+
+	// New streams go to the replacement.
+	st2, err := p.OpenStream(context.Background())
+	require.NoError(t, err)
+	require.NotSame(t, old, st2.Session())
+	_ = st2.Close()
+	got, err := peerExchange(context.Background(), p, []byte("new"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("re:new"), got)
+
+	// The stream on the draining session completes.
+	_, err = st.Write([]byte("part2"))
+	require.NoError(t, err)
+	require.NoError(t, st.CloseWrite())
+	got, err = io.ReadAll(st)
+	require.NoError(t, err)
+	require.Equal(t, []byte("re:part1,part2"), got)
+	require.NoError(t, st.Close())
+	require.Eventually(t, func() bool { return old.NumStreams() == 0 }, time.Second, 2*time.Millisecond)
+
+	// When the origin closes the drained session, the Peer forgets it.
+	require.NoError(t, srvSide.Close())
+	require.Eventually(t, func() bool {
+		ss := p.sessionsSnapshot()
+		return len(ss) == 1 && ss[0] != old
+	}, 2*time.Second, 2*time.Millisecond)
+}
+
+// TestPeerOpenStreamWaitsForFreeStreamSlot: when every session is at the peer's
+// max_streams, OpenStream used to wait for the set of sessions to change and then report
+// "no connection up". A finishing stream now wakes it, and a timeout reports ErrStreamLimit.
+func TestPeerOpenStreamWaitsForFreeStreamSlot(t *testing.T) {
+	ts := startServer(t, &Config{MaxStreams: 2}, 0, echoHandler)
+	p := startPeer(t, ts.addr, func(c *PeerConfig) { c.DialTimeout = 1500 * time.Millisecond })
+	waitSessions(t, p, 1)
+	a, err := p.OpenStream(context.Background())
+	require.NoError(t, err)
+	b, err := p.OpenStream(context.Background())
+	require.NoError(t, err)
+	defer b.Close()
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = a.Close()
+	}()
+	begin := time.Now()
+	st, err := p.OpenStream(context.Background())
+	took := time.Since(begin)
+	if err == nil {
+		_ = st.Close()
+	}
+	t.Logf("OpenStream at the stream limit: %v after %v", err, took.Round(time.Millisecond))
+	require.True(t, err == nil || errors.Is(err, ErrStreamLimit), "got %v", err)
+	require.Less(t, took, 500*time.Millisecond)
+}
+
+// Close stops every goroutine the Peer started, including the ones that wait for a
+// draining session to end.
+func TestPeerCloseStopsGoroutines(t *testing.T) {
+	base := runtime.NumGoroutine()
+	func() {
+		ts := newTestServer(t, nil, 0, echoHandler)
+		defer ts.stop(t)
+		p := NewPeer(context.Background(), PeerConfig{Name: "g", Address: ts.addr, Connections: 2, BackoffMin: 10 * time.Millisecond}, nil, nil)
+		ss := waitSessions(t, p, 2)
+		for range 10 {
+			got, err := peerExchange(context.Background(), p, []byte("x"))
+			require.NoError(t, err)
+			require.Equal(t, []byte("re:x"), got)
+		}
+		// One session drains: the Peer replaces it and watches the old one.
+		for _, s := range ts.sessions() {
+			if s.RemoteAddr().String() == ss[0].LocalAddr().String() {
+				s.GoAway(frame.CodeNoError, "drain")
+			}
+		}
+		require.Eventually(t, func() bool { return len(p.sessionsSnapshot()) == 3 }, 2*time.Second, 2*time.Millisecond)
+		require.NoError(t, p.Close())
+		require.Empty(t, p.sessionsSnapshot())
+		for _, s := range ss {
+			require.Error(t, s.Err())
+		}
+		_, err := p.OpenStream(context.Background())
+		require.ErrorIs(t, err, ErrNoPeer)
+		require.NoError(t, p.Close()) // idempotent
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after Close:\n%s", base, n, buf[:runtime.Stack(buf, true)])
+	}
+}
