@@ -609,7 +609,8 @@ func TestFailureModes(t *testing.T) {
 		// Counted as the server's fault, not the gateway's.
 		code, m := httpGet("http://" + edge.admin + "/metrics")
 		require.Equal(t, 200, code)
-		require.Contains(t, m, `soapgw_exchanges_total{outcome="soap_fault",role="edge",upstream="svc"} 1`)
+		require.Contains(t, m, `soapgw_exchanges_total{code="500",operation="e2e",outcome="soap_fault",role="edge",upstream="svc"} 1`)
+		require.Contains(t, m, `soapgw_soap_faults_total{code="Server",role="edge",source="server",upstream="svc"} 1`)
 		require.NotContains(t, m, `outcome="gateway_error"`)
 		require.NotContains(t, m, `soapgw_gateway_errors_total{`)
 	})

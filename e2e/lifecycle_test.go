@@ -228,12 +228,12 @@ func TestLifecycleAdminEndpoints(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	require.Contains(t, m, "# TYPE soapgw_exchanges_total counter")
-	require.Contains(t, m, fmt.Sprintf(`soapgw_exchanges_total{outcome="ok",role="edge",upstream="svc"} %d`, calls))
+	require.Contains(t, m, fmt.Sprintf(`soapgw_exchanges_total{code="200",operation="e2e",outcome="ok",role="edge",upstream="svc"} %d`, calls))
 	require.Contains(t, m, "# TYPE soapgw_tunnel_sessions gauge")
 	require.Contains(t, m, `soapgw_tunnel_sessions{peer="dc1"} 2`, "edgeYAML asks for 2 connections")
 
 	code, m = httpGet("http://" + a.OriginAdmin + "/metrics")
 	require.Equal(t, 200, code)
-	require.Contains(t, m, fmt.Sprintf(`soapgw_exchanges_total{outcome="ok",role="origin",upstream="svc"} %d`, calls))
+	require.Contains(t, m, fmt.Sprintf(`soapgw_exchanges_total{code="200",operation="e2e",outcome="ok",role="origin",upstream="svc"} %d`, calls))
 	require.True(t, strings.Contains(m, "soapgw_tunnel_sessions{"), "origin metrics:\n%s", m)
 }

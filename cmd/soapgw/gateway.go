@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -46,6 +47,12 @@ type gateway struct {
 func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g *gateway, err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "soapgw_build_info",
+		Help: "Always 1; labels carry the soapgw version, the node name and the roles this process runs.",
+	}, []string{"version", "node", "edge", "origin"})
+	reg.MustRegister(build)
+	build.WithLabelValues(versionString(), cfg.Node, strconv.FormatBool(cfg.Edge != nil), strconv.FormatBool(cfg.Origin != nil)).Set(1)
 	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]*tunnel.Peer{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
 	defer func() {
 		if err != nil {

@@ -110,6 +110,7 @@ func (e *Edge) Serve(ln net.Listener, name string) error {
 		e.wg.Add(1)
 		e.mu.Unlock()
 		e.m.clientConns.Inc()
+		e.m.connsTotal.Inc()
 		go func() {
 			defer e.wg.Done()
 			defer func() {
@@ -254,17 +255,25 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	sv := soapVersionOf(req.Header)
 	host := req.Header.Get("Host")
 	respMinor := req.ProtoMinor
+	op := operationOf(req.Header, nil)
+	var route *Route
+	upstream := func() string {
+		if route == nil {
+			return ""
+		}
+		return route.Upstream
+	}
 	fail := func(status int, cause string, err error, close bool) bool {
 		// The exchange deadline may be what failed: give the fault its own time to go out.
 		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
-		e.gatewayError(cc, id, "", cause, err)
-		e.m.exchanges.WithLabelValues("edge", "", "gateway_error").Inc()
+		e.gatewayError(cc, id, upstream(), cause, err)
+		e.m.exchange("edge", upstream(), op, status, "gateway_error", time.Since(start))
+		e.m.fault("edge", upstream(), "gateway", gatewayFaultCode(sv, status))
 		_, _ = bw.Write(faultResponse(nil, sv, respMinor, status, cause, err.Error(), id, close || req.Close))
 		_ = bw.Flush()
 		return !close && !req.Close
 	}
 
-	var route *Route
 	for i := range e.cfg.Routes {
 		if e.cfg.Routes[i].matches(listener, host, req.Target) {
 			route = &e.cfg.Routes[i]
@@ -323,6 +332,9 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 			*mp = msg[:0]
 			e.gatewayError(cc, id, route.Upstream, causeBadRequest, err)
 			return false // the client went away or sent less than it announced
+		}
+		if op == "" {
+			op = operationOf(req.Header, msg[n:])
 		}
 	}
 	*mp = msg[:0]
@@ -408,18 +420,24 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		// The origin counted it under role="origin"; here it is what the client saw.
 		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
-		e.m.exchanges.WithLabelValues("edge", route.Upstream, "gateway_error").Inc()
+		e.m.exchange("edge", route.Upstream, op, gwErr.Status, "gateway_error", time.Since(start))
+		e.m.fault("edge", route.Upstream, "gateway", gatewayFaultCode(sv, gwErr.Status))
 		e.log.Warn("gateway error at origin", "exchange", id, "route", route.Upstream, "cause", gwErr.Cause, "err", gwErr.Message)
 		_, _ = bw.Write(faultResponse(nil, sv, respMinor, gwErr.Status, gwErr.Cause, gwErr.Message, id, req.Close))
 		_ = bw.Flush()
 		return !req.Close && drainEOF(sbr) == nil
 	}
 
-	keep, err := e.writeResponse(bw, sbr, req, resp)
-	outcome := "ok"
+	faultCode := ""
 	if resp.Status >= 500 {
-		outcome = "soap_fault"
+		// Look into what is already buffered (a fault is small); never wait for more.
+		b, _ := sbr.Peek(sbr.Buffered())
+		if faultCode = faultCodeOf(b); faultCode != "" {
+			e.m.fault("edge", route.Upstream, "server", faultCode)
+		}
 	}
+	keep, err := e.writeResponse(bw, sbr, req, resp)
+	outcome := serverOutcome(resp.Status, faultCode)
 	if err != nil {
 		// Part of the response may be with the client already: the only honest signal
 		// left is to abort the connection so the client cannot take a truncated or
@@ -429,8 +447,7 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 		outcome = "gateway_error"
 		keep = false
 	}
-	e.m.exchanges.WithLabelValues("edge", route.Upstream, outcome).Inc()
-	e.m.duration.WithLabelValues("edge", route.Upstream).Observe(time.Since(start).Seconds())
+	e.m.exchange("edge", route.Upstream, op, resp.Status, outcome, time.Since(start))
 	if keep && e.isDraining() {
 		keep = false
 	}

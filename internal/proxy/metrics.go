@@ -1,10 +1,18 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the proxy's Prometheus collectors, registered on the caller's registry.
 type Metrics struct {
+	ops           *labelSet // bounds the operation label
 	exchanges     *prometheus.CounterVec
+	faults        *prometheus.CounterVec
+	connsTotal    prometheus.Counter
 	gatewayErrors *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 	bytes         *prometheus.CounterVec
@@ -16,10 +24,19 @@ type Metrics struct {
 // NewMetrics creates the proxy collectors and registers them on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		ops: newLabelSet(maxOperations),
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_exchanges_total",
-			Help: "SOAP exchanges by role, upstream and outcome (ok, soap_fault, gateway_error).",
-		}, []string{"role", "upstream", "outcome"}),
+			Help: "SOAP exchanges by role, upstream, SOAP operation (at most 100 names, then \"other\"), HTTP status code and outcome (ok, soap_fault, server_error, gateway_error).",
+		}, []string{"role", "upstream", "operation", "code", "outcome"}),
+		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_soap_faults_total",
+			Help: "SOAP Faults by role, upstream, source (server: answered by the service; gateway: made by soapgw) and fault code (Server, Client, Receiver, Sender, VersionMismatch, MustUnderstand, DataEncodingUnknown, other).",
+		}, []string{"role", "upstream", "source", "code"}),
+		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "soapgw_edge_client_connections_total",
+			Help: "Client connections accepted by the edge: each is a TCP handshake (and teardown) that did not cross the link to the origin.",
+		}),
 		gatewayErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_gateway_errors_total",
 			Help: "Errors made by the gateway (not the server), by the role that detected them and cause.",
@@ -47,7 +64,55 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns)
 	}
 	return m
+}
+
+// maxOperations bounds the distinct SOAP operation names used as label values.
+const maxOperations = 100
+
+// exchange records one finished exchange.
+func (m *Metrics) exchange(role, upstream, op string, status int, outcome string, d time.Duration) {
+	if upstream == "" {
+		upstream = "none"
+	}
+	m.exchanges.WithLabelValues(role, upstream, m.ops.label(op), strconv.Itoa(status), outcome).Inc()
+	if d > 0 {
+		m.duration.WithLabelValues(role, upstream).Observe(d.Seconds())
+	}
+}
+
+// fault records a SOAP Fault seen (source "server") or made (source "gateway").
+func (m *Metrics) fault(role, upstream, source, code string) {
+	if upstream == "" {
+		upstream = "none"
+	}
+	m.faults.WithLabelValues(role, upstream, source, faultLabel(code)).Inc()
+}
+
+// gatewayFaultCode is the fault code soapgw puts in its own faults.
+func gatewayFaultCode(v soapVersion, status int) string {
+	client := status >= 400 && status < 500
+	switch {
+	case v == soap12 && client:
+		return "Sender"
+	case v == soap12:
+		return "Receiver"
+	case client:
+		return "Client"
+	}
+	return "Server"
+}
+
+// serverOutcome classifies a response the service answered: a 5xx carrying a SOAP Fault
+// is a soap_fault, another 5xx a server_error.
+func serverOutcome(status int, faultCode string) string {
+	switch {
+	case status < 500:
+		return "ok"
+	case faultCode != "":
+		return "soap_fault"
+	}
+	return "server_error"
 }

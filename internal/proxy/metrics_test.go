@@ -12,12 +12,14 @@ import (
 // metricNames pins the exported names: dashboards and alerts depend on them.
 var metricNames = []string{
 	"soapgw_edge_client_connections",
+	"soapgw_edge_client_connections_total",
 	"soapgw_edge_retries_total",
 	"soapgw_exchange_duration_seconds",
 	"soapgw_exchanges_total",
 	"soapgw_gateway_errors_total",
 	"soapgw_http_bytes_total",
 	"soapgw_origin_upstream_connections_total",
+	"soapgw_soap_faults_total",
 }
 
 func TestMetrics(t *testing.T) {
@@ -45,15 +47,18 @@ func TestMetrics(t *testing.T) {
 
 	require.Equal(t, 1.0, testutil.ToFloat64(m.clientConns))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.upstreamConns.WithLabelValues("up")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "up", "ok")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("origin", "up", "ok")))
-	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "ghost", "gateway_error")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.connsTotal))
+	// The operation comes from SOAPAction "urn:Add".
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "up", "Add", "200", "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("origin", "up", "Add", "200", "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "ghost", "Add", "502", "gateway_error")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.faults.WithLabelValues("edge", "ghost", "gateway", "Server")))
 	require.Positive(t, testutil.ToFloat64(m.gatewayErrors.WithLabelValues("origin", causeUnknownUpstream)))
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("edge", "client_in")))
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("edge", "client_out")))
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("origin", "server_out")))
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("origin", "server_in")))
-	require.Equal(t, 2, testutil.CollectAndCount(m.duration), "one edge and one origin series")
+	require.Equal(t, 3, testutil.CollectAndCount(m.duration), "edge (ok and failed exchanges) and origin series")
 
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
@@ -64,7 +69,7 @@ func TestMetrics(t *testing.T) {
 	sort.Strings(names)
 	require.Equal(t, metricNames, names)
 
-	for _, c := range []prometheus.Collector{m.exchanges, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns} {
+	for _, c := range []prometheus.Collector{m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns} {
 		problems, err := testutil.CollectAndLint(c)
 		require.NoError(t, err)
 		require.Empty(t, problems)
@@ -76,8 +81,8 @@ func TestMetrics(t *testing.T) {
 
 func TestNewMetricsUnregistered(t *testing.T) {
 	m := NewMetrics(nil)
-	m.exchanges.WithLabelValues("edge", "u", "ok").Inc()
-	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "u", "ok")))
+	m.exchange("edge", "u", "op", 200, "ok", 0)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "u", "op", "200", "ok")))
 	// Two sets of collectors can live side by side when unregistered, and one registry
 	// refuses a second set (the names would collide).
 	_ = NewMetrics(nil)

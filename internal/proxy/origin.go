@@ -77,12 +77,15 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		req, err = parseRequestHead(kind, hr)
 	}
 	if err != nil {
-		o.fail(st, "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
+		o.fail(st, "", "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
 		return
 	}
+	// The operation name comes from the head or from what of the body is already here.
+	buffered, _ := sbr.Peek(sbr.Buffered())
+	op := operationOf(req.Header, buffered)
 	pool := o.pools[req.Upstream]
 	if pool == nil {
-		o.fail(st, req.ExchangeID, req.Upstream, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
+		o.fail(st, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
 			Message: fmt.Sprintf("soapgw: upstream %q is not configured at origin %q", req.Upstream, o.cfg.Node)}, nil)
 		return
 	}
@@ -92,7 +95,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 
 	uc, err := pool.get(ctx)
 	if err != nil {
-		o.fail(st, req.ExchangeID, up.Name, &gatewayError{Status: 502, Cause: causeUpstreamDown,
+		o.fail(st, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamDown,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) unreachable: %v", up.Name, up.Address, unwrapOp(err))}, err)
 		return
 	}
@@ -112,7 +115,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 
 	if err := o.sendRequest(uc, req, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
-			o.fail(st, req.ExchangeID, up.Name, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
+			o.fail(st, req.ExchangeID, up.Name, op, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
 			return
 		}
 		if !errors.Is(err, errUpstreamWrite) {
@@ -143,17 +146,22 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
 				Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
 		}
-		o.fail(st, req.ExchangeID, up.Name, ge, err)
+		o.fail(st, req.ExchangeID, up.Name, op, ge, err)
 		return
 	}
 	if resp.StatusCode == 101 {
-		o.fail(st, req.ExchangeID, up.Name, &gatewayError{Status: 502, Cause: causeUpstreamBad,
+		o.fail(st, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
 			Message: fmt.Sprintf("soapgw: upstream %q switched protocols, which a SOAP gateway cannot carry", up.Name)}, nil)
 		return
 	}
 	// The whole response must arrive within the exchange deadline; the per-read deadline
 	// above was for the head.
 	_ = uc.conn.SetReadDeadline(start.Add(o.lim.ExchangeTimeout))
+	faultCode := ""
+	if resp.StatusCode >= 500 {
+		b, _ := uc.br.Peek(uc.br.Buffered())
+		faultCode = faultCodeOf(b)
+	}
 	n, err := o.sendResponse(st, uc, resp)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(n))
 	if err == nil {
@@ -170,21 +178,19 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if err != nil {
 		o.log.Warn("response not delivered whole; stream reset", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
 		o.m.gatewayErrors.WithLabelValues("origin", causeUpstreamBad).Inc()
-		o.m.exchanges.WithLabelValues("origin", up.Name, "gateway_error").Inc()
+		o.m.exchange("origin", up.Name, op, resp.StatusCode, "gateway_error", time.Since(start))
 		return // st.Close resets the unfinished stream: the edge aborts the client
 	}
-	outcome := "ok"
-	if resp.StatusCode >= 500 {
-		outcome = "soap_fault"
+	if faultCode != "" {
+		o.m.fault("origin", up.Name, "server", faultCode)
 	}
-	o.m.exchanges.WithLabelValues("origin", up.Name, outcome).Inc()
-	o.m.duration.WithLabelValues("origin", up.Name).Observe(time.Since(start).Seconds())
+	o.m.exchange("origin", up.Name, op, resp.StatusCode, serverOutcome(resp.StatusCode, faultCode), time.Since(start))
 	o.log.Debug("exchange", "exchange", req.ExchangeID, "upstream", up.Name, "method", req.Method, "target", req.Target, "status", resp.StatusCode, "duration", time.Since(start))
 }
 
-func (o *Origin) fail(st Stream, id, upstream string, ge *gatewayError, err error) {
+func (o *Origin) fail(st Stream, id, upstream, op string, ge *gatewayError, err error) {
 	o.m.gatewayErrors.WithLabelValues("origin", ge.Cause).Inc()
-	o.m.exchanges.WithLabelValues("origin", upstream, "gateway_error").Inc()
+	o.m.exchange("origin", upstream, op, ge.Status, "gateway_error", 0)
 	o.log.Warn("gateway error", "exchange", id, "upstream", upstream, "cause", ge.Cause, "status", ge.Status, "err", ge.Message)
 	if _, werr := st.Write(ge.append(nil)); werr == nil {
 		_ = st.CloseWrite()
