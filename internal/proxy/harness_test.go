@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/internal/testutil"
 	"github.com/soapgw/soapgw/internal/tunnel"
 )
 
@@ -183,26 +184,7 @@ type testEnv struct {
 	serveDone chan struct{}
 }
 
-func tcpConnPair(t testing.TB) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			ch <- nil
-			return
-		}
-		ch <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	s := <-ch
-	require.NotNil(t, s)
-	return c, s
-}
+func tcpConnPair(t testing.TB) (net.Conn, net.Conn) { return testutil.TCPPair(t) }
 
 func newEnv(t testing.TB, cfg envConfig) *testEnv {
 	t.Helper()

@@ -2,17 +2,13 @@ package tunnel
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"math/big"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // connPair makes a connected pair of transport connections.
@@ -28,56 +24,9 @@ func testConnTypes(t *testing.T, f func(t *testing.T, pair connPair)) {
 	t.Run("tls", func(t *testing.T) { f(t, tlsPair) })
 }
 
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			ch <- nil
-			return
-		}
-		ch <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	s := <-ch
-	require.NotNil(t, s)
-	return c, s
-}
+func tcpPair(t *testing.T) (net.Conn, net.Conn) { return testutil.TCPPair(t) }
 
-func tlsPair(t *testing.T) (net.Conn, net.Conn) {
-	t.Helper()
-	c, s := tcpPair(t)
-	cert := selfSigned(t)
-	pool := x509.NewCertPool()
-	pool.AddCert(cert.Leaf)
-	tc := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "soapgw.test"})
-	ts := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{cert}})
-	return tc, ts
-}
-
-func selfSigned(t *testing.T) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		DNSNames:     []string{"soapgw.test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	leaf, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
+func tlsPair(t *testing.T) (net.Conn, net.Conn) { return testutil.TLSPair(t) }
 
 // sessionPair runs the handshake on a fresh pair and closes both sessions at test end.
 func sessionPair(t *testing.T, pair connPair, ccfg, scfg *Config) (client, server *Session) {
