@@ -55,10 +55,22 @@ type Session struct {
 	streamsDone chan struct{}
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10+64); return &b }}
+// frameBufSize is the capacity of pooled frame buffers: a default DATA frame (16 KiB of
+// message bytes) with its header, preamble and trailer.
+const frameBufSize = 16<<10 + 64
 
-func getBuf() []byte  { return (*bufPool.Get().(*[]byte))[:0] }
-func putBuf(b []byte) { b = b[:0]; bufPool.Put(&b) }
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, frameBufSize); return &b }}
+
+func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+
+// putBuf recycles a frame buffer. Only frame-sized buffers go back, so getBuf can rely on
+// the capacity; right-sized control frames and oversized payloads are left to the GC.
+func putBuf(b []byte) {
+	if cap(b) >= frameBufSize {
+		b = b[:0]
+		bufPool.Put(&b)
+	}
+}
 func (s *Session) String() string {
 	return fmt.Sprintf("session(%s->%s %s)", s.conn.LocalAddr(), s.conn.RemoteAddr(), s.peer.Node)
 }
@@ -492,7 +504,13 @@ func (s *Session) recvLoop() {
 		}
 		var p []byte
 		if h.Length > 0 {
-			p = make([]byte, h.Length)
+			// DATA payloads up to a frame buffer's size come from the pool; the stream
+			// keeps the buffer until Read has consumed it, then returns it.
+			if h.Type == frame.TypeData && int(h.Length) <= frameBufSize {
+				p = getBuf()[:h.Length]
+			} else {
+				p = make([]byte, h.Length)
+			}
 			if _, err := io.ReadFull(s.br, p); err != nil {
 				s.closeWithError(readErr(err))
 				return
@@ -504,7 +522,11 @@ func (s *Session) recvLoop() {
 		s.lastRecv.Store(time.Now().UnixNano())
 		s.m.received[min(int(h.Type), len(s.m.received)-1)].Inc()
 		s.m.bytesIn.Add(float64(frame.HeaderLen + len(p)))
-		if err := s.handle(h, p); err != nil {
+		retained, err := s.handle(h, p)
+		if !retained {
+			putBuf(p)
+		}
+		if err != nil {
 			s.protocolError(err)
 			return
 		}
@@ -534,14 +556,16 @@ func (s *Session) protocolError(err error) {
 
 var errFlowControl = errors.New("flow control window exceeded")
 
-func (s *Session) handle(h frame.Header, p []byte) error {
+// handle processes one frame. retained reports whether a stream kept p (which it then
+// returns to the pool itself).
+func (s *Session) handle(h frame.Header, p []byte) (retained bool, err error) {
 	switch h.Type {
 	case frame.TypeData:
 		return s.handleData(h, p)
 	case frame.TypeWindowUpdate:
 		incr, err := frame.ParseWindowUpdate(p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if st := s.stream(h.StreamID); st != nil {
 			st.addSendWindow(int64(incr))
@@ -549,7 +573,7 @@ func (s *Session) handle(h frame.Header, p []byte) error {
 	case frame.TypeRSTStream:
 		code, reason, err := frame.ParseRST(p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if st := s.stream(h.StreamID); st != nil {
 			st.fail(&StreamError{Code: code, Reason: reason, Remote: true}, false)
@@ -557,7 +581,7 @@ func (s *Session) handle(h frame.Header, p []byte) error {
 	case frame.TypePing:
 		v, err := frame.ParsePing(p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if h.Flags.Has(frame.FlagAck) {
 			if sent := s.pingSent.Load(); sent != 0 && uint64(sent) == v {
@@ -566,19 +590,19 @@ func (s *Session) handle(h frame.Header, p []byte) error {
 				s.m.rtt.Observe(time.Duration(rtt).Seconds())
 				s.pingSent.Store(0)
 			}
-			return nil
+			return false, nil
 		}
 		s.sendControl(frame.TypePing, frame.FlagAck, 0, p)
 	case frame.TypeGoAway:
 		last, code, reason, err := frame.ParseGoAway(p)
 		if err != nil {
-			return err
+			return false, err
 		}
 		s.handleGoAway(last, code, reason)
 	case frame.TypeHello:
-		return fmt.Errorf("%w: HELLO after handshake", frame.ErrBadPayload)
+		return false, fmt.Errorf("%w: HELLO after handshake", frame.ErrBadPayload)
 	}
-	return nil // unknown types are ignored (SPEC.md)
+	return false, nil // unknown types are ignored (SPEC.md)
 }
 
 func (s *Session) handleGoAway(last uint32, code frame.Code, reason string) {
@@ -609,16 +633,16 @@ func (s *Session) stream(id uint32) *Stream {
 	return s.streams[id]
 }
 
-func (s *Session) handleData(h frame.Header, p []byte) error {
+func (s *Session) handleData(h frame.Header, p []byte) (retained bool, err error) {
 	if h.StreamID == 0 {
-		return fmt.Errorf("%w: DATA on stream 0", frame.ErrBadPayload)
+		return false, fmt.Errorf("%w: DATA on stream 0", frame.ErrBadPayload)
 	}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		// closeWithError has failed every stream; recvLoop may still be working through
 		// frames already buffered. A stream created now would never be failed.
 		s.mu.Unlock()
-		return ErrSessionClosed
+		return false, ErrSessionClosed
 	}
 	st := s.streams[h.StreamID]
 	if st == nil {
@@ -626,11 +650,11 @@ func (s *Session) handleData(h frame.Header, p []byte) error {
 		if !peerParity || h.StreamID <= s.lastPeerID {
 			// A late frame for a stream that is already finished or reset here.
 			s.mu.Unlock()
-			return nil
+			return false, nil
 		}
 		if !h.Flags.Has(frame.FlagStart) {
 			s.mu.Unlock()
-			return fmt.Errorf("%w: stream %d opened without START", frame.ErrBadPayload, h.StreamID)
+			return false, fmt.Errorf("%w: stream %d opened without START", frame.ErrBadPayload, h.StreamID)
 		}
 		s.lastPeerID = h.StreamID
 		refuse := s.goAwaySent || uint32(len(s.streams)) >= s.local.MaxStreams
@@ -648,7 +672,7 @@ func (s *Session) handleData(h frame.Header, p []byte) error {
 		s.mu.Unlock()
 		if refuse {
 			s.sendControl(frame.TypeRSTStream, 0, h.StreamID, frame.AppendRST(nil, frame.CodeRefused, "stream refused"))
-			return nil
+			return false, nil
 		}
 	} else {
 		s.mu.Unlock()

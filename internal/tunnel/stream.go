@@ -54,6 +54,7 @@ type Stream struct {
 
 type chunk struct {
 	data   []byte
+	buf    []byte // the pooled frame buffer data points into; returned once data is read
 	credit uint32 // window credit returned when data is fully read
 }
 
@@ -243,19 +244,20 @@ func (st *Stream) addSendWindow(n int64) {
 }
 
 // receive takes one DATA frame from recvLoop. Errors it returns are connection errors.
-func (st *Stream) receive(fl frame.Flags, p []byte) error {
+// retained reports whether the stream kept p for Read.
+func (st *Stream) receive(fl frame.Flags, p []byte) (retained bool, err error) {
 	st.mu.Lock()
 	if st.rerr != nil {
 		st.mu.Unlock()
-		return nil // reset or failed locally; late frames are dropped
+		return false, nil // reset or failed locally; late frames are dropped
 	}
 	if st.rdone {
 		st.mu.Unlock()
-		return fmt.Errorf("%w: stream %d: DATA after END", frame.ErrBadPayload, st.id)
+		return false, fmt.Errorf("%w: stream %d: DATA after END", frame.ErrBadPayload, st.id)
 	}
 	if int64(len(p)) > st.rwindow {
 		st.mu.Unlock()
-		return fmt.Errorf("%w: stream %d: %d bytes with window %d", errFlowControl, st.id, len(p), st.rwindow)
+		return false, fmt.Errorf("%w: stream %d: %d bytes with window %d", errFlowControl, st.id, len(p), st.rwindow)
 	}
 	st.rwindow -= int64(len(p))
 	credit := uint32(len(p))
@@ -263,24 +265,24 @@ func (st *Stream) receive(fl frame.Flags, p []byte) error {
 	if fl.Has(frame.FlagStart) {
 		if st.rstarted {
 			st.mu.Unlock()
-			return fmt.Errorf("%w: stream %d: second START", frame.ErrBadPayload, st.id)
+			return false, fmt.Errorf("%w: stream %d: second START", frame.ErrBadPayload, st.id)
 		}
 		pre, rest, err := frame.ParsePreamble(data)
 		if err != nil {
 			st.mu.Unlock()
-			return err
+			return false, err
 		}
 		st.rstarted = true
 		st.codec = pre.Codec
 		if pre.Codec != 0 {
 			st.mu.Unlock()
 			st.fail(&StreamError{Code: frame.CodeCodec, Reason: fmt.Sprintf("unknown codec id %d", pre.Codec)}, true)
-			return nil
+			return false, nil
 		}
 		data = rest
 	} else if !st.rstarted {
 		st.mu.Unlock()
-		return fmt.Errorf("%w: stream %d: DATA before START", frame.ErrBadPayload, st.id)
+		return false, fmt.Errorf("%w: stream %d: DATA before START", frame.ErrBadPayload, st.id)
 	}
 	var want uint32
 	end := fl.Has(frame.FlagEnd)
@@ -288,7 +290,7 @@ func (st *Stream) receive(fl frame.Flags, p []byte) error {
 		var err error
 		if data, want, err = frame.ParseTrailer(data); err != nil {
 			st.mu.Unlock()
-			return err
+			return false, err
 		}
 	}
 	st.rcrc = crc32.Update(st.rcrc, castagnoli, data)
@@ -299,10 +301,11 @@ func (st *Stream) receive(fl frame.Flags, p []byte) error {
 		// The last bytes were never released: the message cannot complete downstream.
 		st.fail(&ChecksumError{Want: want, Got: got}, false)
 		st.s.sendControl(frame.TypeRSTStream, 0, st.id, frame.AppendRST(nil, frame.CodeChecksum, "message checksum mismatch"))
-		return nil
+		return false, nil
 	}
 	if len(data) > 0 {
-		st.chunks = append(st.chunks, chunk{data: data, credit: credit})
+		st.chunks = append(st.chunks, chunk{data: data, buf: p, credit: credit})
+		retained = true
 	} else {
 		st.credit += credit
 	}
@@ -316,7 +319,7 @@ func (st *Stream) receive(fl frame.Flags, p []byte) error {
 	if finished {
 		st.finish()
 	}
-	return nil
+	return retained, nil
 }
 
 // Read reads the peer's message. It returns io.EOF after the whole message arrived and
@@ -333,6 +336,7 @@ func (st *Stream) Read(b []byte) (int, error) {
 				c.data = c.data[k:]
 				if len(c.data) == 0 {
 					st.credit += c.credit
+					putBuf(c.buf)
 					st.chunks[0] = chunk{}
 					st.chunks = st.chunks[1:]
 				}
