@@ -210,7 +210,7 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 			e.rejectRequest(cc, bw, err)
 			return
 		}
-		keep := e.exchange(cc, br, bw, req, listener, start, deadline)
+		keep := e.exchange(cc, bw, req, listener, start, deadline)
 		cc.busy.Store(false)
 		if !keep {
 			return
@@ -248,50 +248,69 @@ func newExchangeID() string {
 	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
 }
 
+// exchange is one request/response on a client connection, as the edge handles it.
+type exchange struct {
+	e        *Edge
+	cc       *clientConn
+	bw       *bufio.Writer
+	req      *httpwire.Request
+	id       string      // exchange id: in logs of both gateways and in gateway faults
+	sv       soapVersion // the client's SOAP version, for faults
+	op       string      // SOAP operation, for metrics
+	route    *Route
+	start    time.Time
+	deadline time.Time
+}
+
+func (x *exchange) upstream() string {
+	if x.route == nil {
+		return ""
+	}
+	return x.route.Upstream
+}
+
+// fail answers the client with a gateway-made SOAP Fault and reports whether the
+// connection may carry another request (not when close is set: e.g. the body was not read).
+func (x *exchange) fail(status int, cause string, err error, close bool) bool {
+	// The exchange deadline may be what failed: give the fault its own time to go out.
+	_ = x.cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
+	x.e.gatewayError(x.cc, x.id, x.upstream(), cause, err)
+	x.e.m.exchange("edge", x.upstream(), x.op, status, "gateway_error", time.Since(x.start))
+	x.e.m.fault("edge", x.upstream(), "gateway", gatewayFaultCode(x.sv, status))
+	_, _ = x.bw.Write(faultResponse(nil, x.sv, x.req.ProtoMinor, status, cause, err.Error(), x.id, close || x.req.Close))
+	_ = x.bw.Flush()
+	return !close && !x.req.Close
+}
+
 // exchange carries one request to the origin and its response back. It returns whether
 // the client connection may carry another request.
-func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req *httpwire.Request, listener string, start, deadline time.Time) bool {
-	id := newExchangeID()
-	sv := soapVersionOf(req.Header)
+func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request, listener string, start, deadline time.Time) bool {
+	x := &exchange{
+		e: e, cc: cc, bw: bw, req: req,
+		id:    newExchangeID(),
+		sv:    soapVersionOf(req.Header),
+		op:    operationOf(req.Header, nil),
+		start: start, deadline: deadline,
+	}
 	host := req.Header.Get("Host")
-	respMinor := req.ProtoMinor
-	op := operationOf(req.Header, nil)
-	var route *Route
-	upstream := func() string {
-		if route == nil {
-			return ""
-		}
-		return route.Upstream
-	}
-	fail := func(status int, cause string, err error, close bool) bool {
-		// The exchange deadline may be what failed: give the fault its own time to go out.
-		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
-		e.gatewayError(cc, id, upstream(), cause, err)
-		e.m.exchange("edge", upstream(), op, status, "gateway_error", time.Since(start))
-		e.m.fault("edge", upstream(), "gateway", gatewayFaultCode(sv, status))
-		_, _ = bw.Write(faultResponse(nil, sv, respMinor, status, cause, err.Error(), id, close || req.Close))
-		_ = bw.Flush()
-		return !close && !req.Close
-	}
-
 	for i := range e.cfg.Routes {
 		if e.cfg.Routes[i].matches(listener, host, req.Target) {
-			route = &e.cfg.Routes[i]
+			x.route = &e.cfg.Routes[i]
 			break
 		}
 	}
-	if route == nil {
+	if x.route == nil {
 		// The body was not read: the connection cannot be reused.
-		return fail(404, causeNoRoute, fmt.Errorf("soapgw: no route for host %q and path %q", host, req.Target), true)
+		return x.fail(404, causeNoRoute, fmt.Errorf("soapgw: no route for host %q and path %q", host, req.Target), true)
 	}
 	if req.ContentLength > e.lim.MaxRequestBytes {
-		return fail(413, causeTooLarge, fmt.Errorf("soapgw: request body of %d bytes exceeds the limit of %d bytes", req.ContentLength, e.lim.MaxRequestBytes), true)
+		return x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body of %d bytes exceeds the limit of %d bytes", req.ContentLength, e.lim.MaxRequestBytes), true)
 	}
 	select {
 	case e.inflight <- struct{}{}:
 		defer func() { <-e.inflight }()
 	default:
-		return fail(503, causeOverloaded, fmt.Errorf("soapgw: edge overloaded: %d exchanges in flight", e.lim.MaxConcurrentExchanges), true)
+		return x.fail(503, causeOverloaded, fmt.Errorf("soapgw: edge overloaded: %d exchanges in flight", e.lim.MaxConcurrentExchanges), true)
 	}
 	if req.ExpectContinue {
 		// Answer 100 Continue here: the client would otherwise wait a full round trip
@@ -302,14 +321,13 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 		}
 	}
 
-	// ctx ends at the exchange deadline, or earlier when a drain's deadline passes
-	// (abortCtx); every stream opened for this exchange is reset when it ends.
-	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
-	defer cancel()
-	opener := e.cfg.Peers[route.Peer]
+	// The request message: envelope head, then (when it is small enough to replay) the
+	// whole body. A body of known, modest size is read before the stream is opened, so
+	// the exchange can be sent again if the tunnel refuses it (GOAWAY, connection lost
+	// before the first frame): then the origin provably never saw it.
 	head := requestHead{
-		ExchangeID:    id,
-		Upstream:      route.Upstream,
+		ExchangeID:    x.id,
+		Upstream:      x.route.Upstream,
 		Method:        req.Method,
 		Target:        req.Target,
 		ProtoMinor:    req.ProtoMinor,
@@ -320,43 +338,64 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 	mp := msgPool.Get().(*[]byte)
 	defer msgPool.Put(mp)
 	msg := head.append((*mp)[:0])
-
-	// A body of known, modest size is read whole before the stream is opened, so the
-	// exchange can be replayed if the tunnel refuses it (GOAWAY, connection lost before
-	// the first frame): then the origin provably never saw it.
 	replayable := req.ContentLength >= 0 && req.ContentLength <= e.cfg.ReplayLimit
 	if replayable {
 		n := len(msg)
 		msg = slices.Grow(msg, int(req.ContentLength))[:n+int(req.ContentLength)]
+		*mp = msg[:0]
 		if _, err := io.ReadFull(req.Body, msg[n:]); err != nil {
-			*mp = msg[:0]
-			e.gatewayError(cc, id, route.Upstream, causeBadRequest, err)
+			e.gatewayError(cc, x.id, x.route.Upstream, causeBadRequest, err)
 			return false // the client went away or sent less than it announced
 		}
-		if op == "" {
-			op = operationOf(req.Header, msg[n:])
+		if x.op == "" {
+			x.op = operationOf(req.Header, msg[n:])
 		}
 	}
-	*mp = msg[:0]
+	*mp = msg[:0] // keep the grown buffer for the next exchange
 	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(len(msg)))
 
-	var (
-		st      Stream
-		resp    *responseHead
-		gwErr   *gatewayError
-		sbr     *bufio.Reader
-		lastErr error
-	)
+	// ctx ends at the exchange deadline, or earlier when a drain's deadline passes
+	// (abortCtx); every stream opened for this exchange is reset when it ends.
+	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
+	defer cancel()
+	st, sbr, resp, gwErr, keep := e.roundTrip(ctx, x, msg, replayable)
+	if st == nil {
+		return keep // a fault was sent
+	}
+	defer st.Close()
+	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
+	if gwErr != nil {
+		// The origin counted it under role="origin"; here it is what the client saw.
+		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
+		e.log.Warn("gateway error at origin", "exchange", x.id, "route", x.route.Upstream, "cause", gwErr.Cause, "err", gwErr.Message)
+		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
+		e.m.exchange("edge", x.route.Upstream, x.op, gwErr.Status, "gateway_error", time.Since(start))
+		e.m.fault("edge", x.route.Upstream, "gateway", gatewayFaultCode(x.sv, gwErr.Status))
+		_, _ = bw.Write(faultResponse(nil, x.sv, req.ProtoMinor, gwErr.Status, gwErr.Cause, gwErr.Message, x.id, req.Close))
+		_ = bw.Flush()
+		return !req.Close && drainEOF(sbr) == nil
+	}
+	return e.respond(x, sbr, resp)
+}
+
+// roundTrip sends the request message over a tunnel stream and reads the response head,
+// retrying on another stream when the tunnel refused the first one before the origin saw
+// it (only possible for a replayable message). On failure it answers the client with a
+// fault itself and returns a nil stream and whether the connection may be kept.
+func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayable bool) (st Stream, sbr *bufio.Reader, resp *responseHead, gwErr *gatewayError, keep bool) {
+	peer := x.route.Peer
+	opener := e.cfg.Peers[peer]
+	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		var err error
 		st, err = opener.OpenStream(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return fail(504, causeTimeout, fmt.Errorf("soapgw: origin %q not reachable within the exchange deadline: %w", route.Peer, err), false)
+				return nil, nil, nil, nil, x.fail(504, causeTimeout, fmt.Errorf("soapgw: origin %q not reachable within the exchange deadline: %w", peer, err), false)
 			}
-			return fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", route.Peer, err), !replayable)
+			return nil, nil, nil, nil, x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", peer, err), !replayable)
 		}
-		_ = st.SetDeadline(deadline)
+		_ = st.SetDeadline(x.deadline)
 		opened := st
 		stop := context.AfterFunc(ctx, func() { _ = opened.Close() })
 		defer stop()
@@ -366,15 +405,15 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 				err = st.CloseWrite()
 			}
 		} else {
-			err = e.sendStreamed(st, msg, req)
-			if errors.Is(err, errTooLarge) {
+			err = e.sendStreamed(st, msg, x.req)
+			switch {
+			case errors.Is(err, errTooLarge):
 				_ = st.Close()
-				return fail(413, causeTooLarge, fmt.Errorf("soapgw: request body exceeds the limit of %d bytes", e.lim.MaxRequestBytes), true)
-			}
-			if errors.Is(err, errClientBody) {
+				return nil, nil, nil, nil, x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body exceeds the limit of %d bytes", e.lim.MaxRequestBytes), true)
+			case errors.Is(err, errClientBody):
 				_ = st.Close()
-				e.gatewayError(cc, id, route.Upstream, causeBadRequest, err)
-				return false
+				e.gatewayError(x.cc, x.id, x.route.Upstream, causeBadRequest, err)
+				return nil, nil, nil, nil, false
 			}
 		}
 		if err == nil {
@@ -382,76 +421,56 @@ func (e *Edge) exchange(cc *clientConn, br *bufio.Reader, bw *bufio.Writer, req 
 			sbr.Reset(st)
 			var kind byte
 			var hr *headReader
-			kind, hr, err = readHead(sbr, e.lim.MaxHeaderBytes+4096)
-			if err == nil {
-				resp, gwErr, err = parseResponseHead(kind, hr)
+			if kind, hr, err = readHead(sbr, e.lim.MaxHeaderBytes+4096); err == nil {
+				if resp, gwErr, err = parseResponseHead(kind, hr); err == nil {
+					return st, sbr, resp, gwErr, true
+				}
 			}
-			if err != nil {
-				sbr.Reset(nil)
-				readerPool.Put(sbr)
-				sbr = nil
-			}
-		}
-		if err == nil {
-			break
+			sbr.Reset(nil)
+			readerPool.Put(sbr)
 		}
 		_ = st.Close()
-		st = nil
 		lastErr = err
 		if !replayable || !isRetryable(err) || ctx.Err() != nil {
 			break
 		}
-		e.m.retries.WithLabelValues(route.Peer).Inc()
-		e.log.Info("exchange refused by tunnel; retrying", "exchange", id, "peer", route.Peer, "attempt", attempt+1, "err", err)
+		e.m.retries.WithLabelValues(peer).Inc()
+		e.log.Info("exchange refused by tunnel; retrying", "exchange", x.id, "peer", peer, "attempt", attempt+1, "err", err)
 	}
-	if st == nil {
-		switch {
-		case isTimeout(lastErr) || ctx.Err() != nil:
-			return fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", route.Peer, e.lim.ExchangeTimeout), true)
-		case isRetryable(lastErr):
-			return fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unavailable: %w", route.Peer, lastErr), !replayable)
-		}
-		return fail(502, causeTunnelLost, fmt.Errorf("soapgw: tunnel to origin %q failed mid-exchange: %w", route.Peer, lastErr), true)
+	switch {
+	case isTimeout(lastErr) || ctx.Err() != nil:
+		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", peer, e.lim.ExchangeTimeout), true)
+	case isRetryable(lastErr):
+		keep = x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unavailable: %w", peer, lastErr), !replayable)
+	default:
+		keep = x.fail(502, causeTunnelLost, fmt.Errorf("soapgw: tunnel to origin %q failed mid-exchange: %w", peer, lastErr), true)
 	}
-	defer st.Close()
-	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
+	return nil, nil, nil, nil, keep
+}
 
-	if gwErr != nil {
-		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
-		// The origin counted it under role="origin"; here it is what the client saw.
-		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
-		e.m.exchange("edge", route.Upstream, op, gwErr.Status, "gateway_error", time.Since(start))
-		e.m.fault("edge", route.Upstream, "gateway", gatewayFaultCode(sv, gwErr.Status))
-		e.log.Warn("gateway error at origin", "exchange", id, "route", route.Upstream, "cause", gwErr.Cause, "err", gwErr.Message)
-		_, _ = bw.Write(faultResponse(nil, sv, respMinor, gwErr.Status, gwErr.Cause, gwErr.Message, id, req.Close))
-		_ = bw.Flush()
-		return !req.Close && drainEOF(sbr) == nil
-	}
-
+// respond relays the server's response to the client and records the exchange.
+func (e *Edge) respond(x *exchange, sbr *bufio.Reader, resp *responseHead) bool {
 	faultCode := ""
 	if resp.Status >= 500 {
 		// Look into what is already buffered (a fault is small); never wait for more.
 		b, _ := sbr.Peek(sbr.Buffered())
 		if faultCode = faultCodeOf(b); faultCode != "" {
-			e.m.fault("edge", route.Upstream, "server", faultCode)
+			e.m.fault("edge", x.route.Upstream, "server", faultCode)
 		}
 	}
-	keep, err := e.writeResponse(bw, sbr, req, resp)
+	keep, err := e.writeResponse(x.bw, sbr, x.req, resp)
 	outcome := serverOutcome(resp.Status, faultCode)
 	if err != nil {
 		// Part of the response may be with the client already: the only honest signal
 		// left is to abort the connection so the client cannot take a truncated or
 		// unverified message for a whole one.
-		e.gatewayError(cc, id, route.Upstream, causeTunnelLost, err)
-		abort(cc.Conn)
+		e.gatewayError(x.cc, x.id, x.route.Upstream, causeTunnelLost, err)
+		abort(x.cc.Conn)
 		outcome = "gateway_error"
 		keep = false
 	}
-	e.m.exchange("edge", route.Upstream, op, resp.Status, outcome, time.Since(start))
-	if keep && e.isDraining() {
-		keep = false
-	}
-	return keep
+	e.m.exchange("edge", x.route.Upstream, x.op, resp.Status, outcome, time.Since(x.start))
+	return keep && !e.isDraining()
 }
 
 // faultWriteTimeout bounds writing a gateway fault to the client, which may happen after
