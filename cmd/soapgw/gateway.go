@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -38,8 +40,9 @@ type gateway struct {
 
 	admin *admin.Server
 
-	errc chan error // a serving goroutine failed
-	wg   sync.WaitGroup
+	errc     chan error // a serving goroutine failed
+	wg       sync.WaitGroup
+	draining atomic.Bool // set when shutdown starts: /readyz turns 503 so traffic moves away
 }
 
 // startGateway binds every listener (so a port clash fails at once, before anything
@@ -54,11 +57,15 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	reg.MustRegister(build)
 	build.WithLabelValues(versionString(), cfg.Node, strconv.FormatBool(cfg.Edge != nil), strconv.FormatBool(cfg.Origin != nil)).Set(1)
 	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]*tunnel.Peer{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
+	built := g // the named result is nil on error returns; clean up what was built
 	defer func() {
 		if err != nil {
-			g.closeListeners()
-			for _, p := range g.peers {
+			built.closeListeners()
+			for _, p := range built.peers {
 				_ = p.Close()
+			}
+			if built.admin != nil {
+				_ = built.admin.Shutdown(context.Background())
 			}
 		}
 	}()
@@ -91,7 +98,9 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		if err != nil {
 			return nil, fmt.Errorf("origin.listen: %w", err)
 		}
-		scfg := &tunnel.Config{Node: cfg.Node}
+		// The origin pings too: it measures RTT for its own metrics and notices an edge
+		// whose host vanished (a half-open connection) instead of keeping it for good.
+		scfg := &tunnel.Config{Node: cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second}
 		origin := g.origin
 		g.tunSrv = tunnel.NewServer(scfg, tm, log.With("role", "origin"), o.MaxConnections, func(ctx context.Context, st *tunnel.Stream) {
 			origin.ServeStream(ctx, st)
@@ -101,8 +110,8 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	if e := cfg.Edge; e != nil {
 		openers := map[string]proxy.Opener{}
 		for i, p := range e.Peers {
-			if _, ok := codec.ByName(p.Codec); !ok {
-				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): codec %q is not implemented yet; use identity", i, p.Name, p.Codec)}
+			if _, ok := codec.ByName(p.Codec); !ok { // config validation already refuses these
+				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): codec %q is not implemented", i, p.Name, p.Codec)}
 			}
 			peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{
 				Name:        p.Name,
@@ -188,6 +197,9 @@ func (g *gateway) serve(what string, f func() error) {
 // ready is the /readyz check: listeners are up (they are, once startGateway returned) and
 // an edge has a live tunnel to every peer.
 func (g *gateway) ready() (bool, string) {
+	if g.draining.Load() {
+		return false, "draining (shutting down)"
+	}
 	var down []string
 	for name, p := range g.peers {
 		if !p.Ready() {
@@ -221,6 +233,7 @@ func (g *gateway) closeListeners() {
 // peers GOAWAY, finishes the streams it accepted and closes its upstream connections; the
 // admin endpoint goes last so the drain can be watched.
 func (g *gateway) shutdown(ctx context.Context) error {
+	g.draining.Store(true)
 	var errs []error
 	if g.edge != nil {
 		if err := g.edge.Shutdown(ctx); err != nil {

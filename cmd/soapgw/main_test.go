@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +38,7 @@ func TestExitCodes(t *testing.T) {
 		{"extra argument", []string{"config", "check", bad, "more"}, exitUsage, "accepts 1 arg"},
 		{"bad log level", []string{"--log-level", "loud", "run", "--config", bad}, exitUsage, "--log-level"},
 		{"bad demo codec", []string{"demo", "--codec", "brotli"}, exitUsage, `codec "brotli"`},
+		{"reserved codec in config", []string{"config", "check", "testdata/gzip.yaml"}, exitUsage, `codec "gzip" is not implemented in this release`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(t, tc.args...)
@@ -75,4 +78,24 @@ func TestDemoRunsAndChecksResponses(t *testing.T) {
 	}
 	require.Regexp(t, `\s20\s+\S+\s+\S+\s+\S+\s+20\s`, direct)
 	require.Regexp(t, `\s20\s+\S+\s+\S+\s+\S+\s+0\s`, pair)
+}
+
+// Regression: a start-up failure after the configuration loaded (here: the edge's port is
+// taken) used to panic in startGateway's cleanup (nil named result), exiting 2 as if the
+// configuration were wrong. It must fail cleanly with a run-time error (exit 1).
+func TestRunPortInUseFailsCleanly(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	cfg := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`node: t
+edge:
+  listeners: [{name: soap, listen: "%s"}]
+  peers: [{name: dc1, address: "127.0.0.1:9"}]
+  routes: [{peer: dc1, upstream: svc}]
+`, busy.Addr())), 0o600))
+	code, _, stderr := runCLI(t, "run", "--config", cfg)
+	require.Equal(t, exitFailure, code, stderr)
+	require.Contains(t, stderr, "address already in use")
+	require.NotContains(t, stderr, "panic")
 }

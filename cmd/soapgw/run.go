@@ -45,11 +45,13 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
 			defer cancel()
 			start := time.Now()
-			if err := gw.shutdown(dctx); err != nil {
+			if err := gw.shutdown(dctx); err != nil && cfg.DrainTimeout > 0 {
 				log.Warn("drain incomplete", "err", err, "after", time.Since(start).Round(time.Millisecond))
 				if runErr == nil {
 					runErr = err
 				}
+			} else if cfg.DrainTimeout == 0 {
+				log.Info("drain_timeout is 0: exited without draining")
 			} else {
 				log.Info("drained; exiting", "after", time.Since(start).Round(time.Millisecond))
 			}

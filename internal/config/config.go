@@ -11,9 +11,13 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Codecs lists the values accepted by [Peer.Codec]. The codec package may
-// check that it implements every name listed here.
-var Codecs = []string{"identity", "gzip", "zstd", "token", "auto"}
+// Codecs lists the values accepted by [Peer.Codec]: the codecs this release
+// implements (internal/codec checks it implements every name listed here).
+var Codecs = []string{"identity"}
+
+// ReservedCodecs are codec names planned but not implemented yet: refused with
+// a message that says so rather than "unknown".
+var ReservedCodecs = []string{"gzip", "zstd", "token", "auto"}
 
 // Transports lists the values accepted by [Peer.Transport]. "udp" is
 // reserved for the reliable UDP transport and is rejected until it exists.

@@ -383,7 +383,7 @@ func TestParseAnchorsAndMergeKeys(t *testing.T) {
 		"    - &dc",
 		"      name: dc1",
 		"      address: dc1:7070",
-		"      codec: zstd",
+		"      dial_timeout: 7s",
 		"      connections: 4",
 		"    - <<: *dc",
 		"      name: dc2",
@@ -394,7 +394,7 @@ func TestParseAnchorsAndMergeKeys(t *testing.T) {
 	p := c.Edge.Peers[1]
 	require.Equal(t, "dc2", p.Name)
 	require.Equal(t, "dc1:7070", p.Address)
-	require.Equal(t, "zstd", p.Codec)
+	require.Equal(t, 7*time.Second, p.DialTimeout)
 	require.Equal(t, 8, p.Connections)
 }
 
@@ -404,8 +404,8 @@ func TestParseMergeList(t *testing.T) {
 		"edge:",
 		"  listeners: [{name: main, listen: ':8080'}]",
 		"  peers:",
-		"    - &a {name: dc1, address: 'dc1:70', codec: zstd}",
-		"    - &b {name: dc2, address: 'dc2:70', codec: gzip, connections: 3}",
+		"    - &a {name: dc1, address: 'dc1:70', dial_timeout: 7s}",
+		"    - &b {name: dc2, address: 'dc2:70', dial_timeout: 3s, connections: 3}",
 		"    - <<: [*a, *b]",
 		"      name: dc3",
 		"  routes: [{peer: dc1, upstream: bill}]",
@@ -415,7 +415,7 @@ func TestParseMergeList(t *testing.T) {
 	p := c.Edge.Peers[2]
 	require.Equal(t, "dc3", p.Name)
 	require.Equal(t, "dc1:70", p.Address)
-	require.Equal(t, "zstd", p.Codec)
+	require.Equal(t, 7*time.Second, p.DialTimeout)
 	require.Equal(t, 3, p.Connections)
 
 	// A problem in a mapping merged twice is reported once.

@@ -87,7 +87,11 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		if peer.Connections < 1 || peer.Connections > 64 {
 			errs.add(p+".connections", "must be from 1 to 64, got %d", peer.Connections)
 		}
-		checkOneOf(errs, p+".codec", "codec", peer.Codec, Codecs)
+		if slices.Contains(ReservedCodecs, peer.Codec) {
+			errs.add(p+".codec", "codec %q is not implemented in this release; use %q", peer.Codec, Codecs[0])
+		} else {
+			checkOneOf(errs, p+".codec", "codec", peer.Codec, Codecs)
+		}
 		checkPositive(errs, p+".dial_timeout", peer.DialTimeout)
 		checkPositive(errs, p+".keepalive_interval", peer.KeepaliveInterval)
 		checkPositive(errs, p+".keepalive_timeout", peer.KeepaliveTimeout)

@@ -146,6 +146,11 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{`x.yaml:9: edge.peers[1].name: duplicate name "dc1" (also used by edge.peers[0])`},
 		},
 		{
+			name: "reserved codec",
+			yaml: doc(with(edgeDoc, 8, "      address: dc1:70", "      codec: gzip")...),
+			want: []string{`x.yaml:9: edge.peers[0].codec: codec "gzip" is not implemented in this release; use "identity"`},
+		},
+		{
 			name: "peer settings out of range",
 			yaml: doc(with(edgeDoc, 8,
 				"      address: dc1:70",        // 8
@@ -159,7 +164,7 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{
 				`x.yaml:9: edge.peers[0].transport: unknown transport "udp" (allowed: tcp)`,
 				"x.yaml:10: edge.peers[0].connections: must be from 1 to 64, got 65",
-				`x.yaml:11: edge.peers[0].codec: unknown codec "lz4" (allowed: identity, gzip, zstd, token, auto)`,
+				`x.yaml:11: edge.peers[0].codec: unknown codec "lz4" (allowed: identity)`,
 				"x.yaml:12: edge.peers[0].dial_timeout: must be greater than 0",
 				"x.yaml:13: edge.peers[0].keepalive_interval: must be greater than 0",
 				"x.yaml:14: edge.peers[0].keepalive_timeout: must be greater than 0",
