@@ -239,9 +239,9 @@ func (e *Edge) rejectRequest(cc *clientConn, bw *bufio.Writer, err error) {
 	_ = bw.Flush()
 }
 
-func (e *Edge) gatewayError(cc net.Conn, id, route, cause string, err error) {
+func (e *Edge) gatewayError(cc net.Conn, id, upstream, cause string, err error) {
 	e.m.gatewayErrors.WithLabelValues("edge", cause).Inc()
-	e.log.Warn("gateway error", "exchange", id, "route", route, "cause", cause, "client", cc.RemoteAddr().String(), "err", err)
+	e.log.Warn("gateway error", "exchange", id, "upstream", upstream, "cause", cause, "client", cc.RemoteAddr().String(), "err", err)
 }
 
 func newExchangeID() string {
@@ -277,7 +277,9 @@ func (x *exchange) fail(status int, cause string, err error, close bool) bool {
 	x.e.gatewayError(x.cc, x.id, x.upstream(), cause, err)
 	x.e.m.exchange("edge", x.upstream(), x.op, status, "gateway_error", time.Since(x.start))
 	x.e.m.fault("edge", x.upstream(), "gateway", gatewayFaultCode(x.sv, status))
-	_, _ = x.bw.Write(faultResponse(nil, x.sv, x.req.ProtoMinor, status, cause, err.Error(), x.id, close || x.req.Close))
+	out := faultResponse(nil, x.sv, x.req.ProtoMinor, status, cause, err.Error(), x.id, close || x.req.Close)
+	x.e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(len(out)))
+	_, _ = x.bw.Write(out)
 	_ = x.bw.Flush()
 	return !close && !x.req.Close
 }
@@ -352,7 +354,11 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		}
 	}
 	*mp = msg[:0] // keep the grown buffer for the next exchange
-	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(len(msg)))
+	raw := requestHeadLen(req)
+	if replayable {
+		raw += int(req.ContentLength)
+	}
+	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(raw))
 
 	// ctx ends at the exchange deadline, or earlier when a drain's deadline passes
 	// (abortCtx); every stream opened for this exchange is reset when it ends.
@@ -367,11 +373,13 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	if gwErr != nil {
 		// The origin counted it under role="origin"; here it is what the client saw.
 		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
-		e.log.Warn("gateway error at origin", "exchange", x.id, "route", x.route.Upstream, "cause", gwErr.Cause, "err", gwErr.Message)
+		e.log.Warn("gateway error at origin", "exchange", x.id, "upstream", x.route.Upstream, "cause", gwErr.Cause, "client", cc.RemoteAddr().String(), "err", gwErr.Message)
 		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		e.m.exchange("edge", x.route.Upstream, x.op, gwErr.Status, "gateway_error", time.Since(start))
 		e.m.fault("edge", x.route.Upstream, "gateway", gatewayFaultCode(x.sv, gwErr.Status))
-		_, _ = bw.Write(faultResponse(nil, x.sv, req.ProtoMinor, gwErr.Status, gwErr.Cause, gwErr.Message, x.id, req.Close))
+		out := faultResponse(nil, x.sv, req.ProtoMinor, gwErr.Status, gwErr.Cause, gwErr.Message, x.id, req.Close)
+		e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(len(out)))
+		_, _ = bw.Write(out)
 		_ = bw.Flush()
 		return !req.Close && drainEOF(sbr) == nil
 	}
@@ -438,6 +446,8 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		e.log.Info("exchange refused by tunnel; retrying", "exchange", x.id, "peer", peer, "attempt", attempt+1, "err", err)
 	}
 	switch {
+	case e.abortCtx.Err() != nil:
+		keep = x.fail(503, causeShuttingDown, fmt.Errorf("soapgw: exchange aborted: the edge is shutting down and its drain deadline passed"), true)
 	case isTimeout(lastErr) || ctx.Err() != nil:
 		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", peer, e.lim.ExchangeTimeout), true)
 	case isRetryable(lastErr):
@@ -452,14 +462,19 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 func (e *Edge) respond(x *exchange, sbr *bufio.Reader, resp *responseHead) bool {
 	faultCode := ""
 	if resp.Status >= 500 {
-		// Look into what is already buffered (a fault is small); never wait for more.
-		b, _ := sbr.Peek(sbr.Buffered())
+		// Look at the start of the body (a fault is small; the bytes are needed next
+		// anyway), so the outcome does not depend on how the frames were cut.
+		b, _ := sbr.Peek(faultPeekLen(resp.ContentLength, sbr.Buffered()))
 		if faultCode = faultCodeOf(b); faultCode != "" {
 			e.m.fault("edge", x.route.Upstream, "server", faultCode)
 		}
 	}
 	keep, err := e.writeResponse(x.bw, sbr, x.req, resp)
 	outcome := serverOutcome(resp.Status, faultCode)
+	if errors.Is(err, errResponseTooLarge) {
+		// Nothing reached the client yet: it can get a proper fault.
+		return x.fail(502, causeResponseLarge, err, true)
+	}
 	if err != nil {
 		// Part of the response may be with the client already: the only honest signal
 		// left is to abort the connection so the client cannot take a truncated or
@@ -478,8 +493,9 @@ func (e *Edge) respond(x *exchange, sbr *bufio.Reader, resp *responseHead) bool 
 const faultWriteTimeout = 5 * time.Second
 
 var (
-	errTooLarge   = errors.New("soapgw: body exceeds limit")
-	errClientBody = errors.New("soapgw: reading client request body")
+	errTooLarge         = errors.New("soapgw: body exceeds limit")
+	errResponseTooLarge = errors.New("soapgw: response too large to buffer")
+	errClientBody       = errors.New("soapgw: reading client request body")
 )
 
 // sendStreamed writes the head then copies a large or chunked body to the stream as it
@@ -499,6 +515,7 @@ func (e *Edge) sendStreamed(st Stream, head []byte, req *httpwire.Request) error
 			if total > e.lim.MaxRequestBytes {
 				return errTooLarge
 			}
+			e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(n))
 			if _, err := st.Write(buf[:n]); err != nil {
 				return err
 			}
@@ -537,6 +554,9 @@ func (e *Edge) writeResponse(bw *bufio.Writer, sbr *bufio.Reader, req *httpwire.
 			h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 		default:
 			body, err = readAllLimit(sbr, e.lim.MaxResponseBytes)
+			if errors.Is(err, errTooLarge) {
+				return false, fmt.Errorf("%w: an HTTP/1.0 client needs a Content-Length, and the response is over max_response_bytes (%d)", errResponseTooLarge, e.lim.MaxResponseBytes)
+			}
 			if err != nil {
 				return false, err
 			}

@@ -578,3 +578,24 @@ func TestEdgeOriginHeadRequest(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.Empty(t, body)
 }
+
+// An HTTP/1.0 client needs a Content-Length, so a close-delimited response is buffered at
+// the edge; one over max_response_bytes gets a response_too_large fault (nothing of it
+// was sent yet) instead of a cut connection.
+func TestHTTP10ResponseOverLimitGetsFault(t *testing.T) {
+	body := strings.Repeat("x", 4096)
+	up := newUpstream(t, func(int, upstreamReq) ([]byte, bool) {
+		return []byte("HTTP/1.0 200 OK\r\nContent-Type: text/xml\r\n\r\n" + body), true
+	})
+	env := newEnv(t, envConfig{
+		Upstreams:  []Upstream{{Name: "up", Address: up.addr()}},
+		EdgeLimits: Limits{MaxResponseBytes: 1024},
+	})
+	cl := env.dial()
+	cl.send(soapRequest(0, "/svc", "", "<x/>"))
+	f := cl.readFault()
+	require.Equal(t, 502, f.resp.StatusCode)
+	require.Contains(t, f.text, "max_response_bytes")
+	require.Equal(t, causeResponseLarge, f.cause)
+	cl.requireClosed()
+}

@@ -43,8 +43,16 @@ const (
 	causeUpstreamBad     = "upstream_bad_response"
 	causeUnknownUpstream = "unknown_upstream"
 	causeOverloaded      = "overloaded"
+	causeShuttingDown    = "shutting_down"
 	causeInternal        = "internal"
 )
+
+// allCauses lists every cause, for metrics that start each series at 0.
+var allCauses = []string{
+	causeBadRequest, causeTooLarge, causeResponseLarge, causeNoRoute, causeOriginDown,
+	causeTunnelLost, causeTimeout, causeUpstreamDown, causeUpstreamTimeout, causeUpstreamBad,
+	causeUnknownUpstream, causeOverloaded, causeShuttingDown, causeInternal,
+}
 
 // faultResponse renders a gateway-made error as a complete HTTP response carrying a SOAP
 // Fault in the client's SOAP version. Client-caused errors (4xx) use soap:Client /

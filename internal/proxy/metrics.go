@@ -63,6 +63,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Connections the origin opened to upstream servers (reused ones are not counted).",
 		}, []string{"upstream"}),
 	}
+	// Create every error series at 0, so the first error shows in increase() and rate()
+	// instead of being hidden as the series' first sample.
+	for _, role := range []string{"edge", "origin"} {
+		for _, cause := range allCauses {
+			m.gatewayErrors.WithLabelValues(role, cause)
+		}
+	}
 	if reg != nil {
 		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns)
 	}

@@ -58,7 +58,7 @@ func TestMetrics(t *testing.T) {
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("edge", "client_out")))
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("origin", "server_out")))
 	require.Positive(t, testutil.ToFloat64(m.bytes.WithLabelValues("origin", "server_in")))
-	require.Equal(t, 3, testutil.CollectAndCount(m.duration), "edge (ok and failed exchanges) and origin series")
+	require.Equal(t, 4, testutil.CollectAndCount(m.duration), "edge and origin, each for the ok and the failed exchange")
 
 	mfs, err := reg.Gather()
 	require.NoError(t, err)

@@ -26,6 +26,8 @@ type Origin struct {
 	m     *Metrics
 	log   *slog.Logger
 	pools map[string]*upstreamPool
+
+	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 }
 
 // NewOrigin returns an origin for the configured upstreams.
@@ -36,7 +38,8 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	o := &Origin{cfg: cfg, lim: cfg.Limits.withDefaults(), m: m, log: log.With("role", "origin"), pools: map[string]*upstreamPool{}}
+	lim := cfg.Limits.withDefaults()
+	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), pools: map[string]*upstreamPool{}, inflight: make(chan struct{}, lim.MaxConcurrentExchanges)}
 	for _, u := range cfg.Upstreams {
 		if _, dup := o.pools[u.Name]; dup {
 			return nil, fmt.Errorf("proxy: duplicate upstream %q", u.Name)
@@ -77,15 +80,23 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		req, err = parseRequestHead(kind, hr)
 	}
 	if err != nil {
-		o.fail(st, "", "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
+		o.fail(st, start, "", "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
 		return
 	}
 	// The operation name comes from the head or from what of the body is already here.
 	buffered, _ := sbr.Peek(sbr.Buffered())
 	op := operationOf(req.Header, buffered)
+	select {
+	case o.inflight <- struct{}{}:
+		defer func() { <-o.inflight }()
+	default:
+		o.fail(st, start, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 503, Cause: causeOverloaded,
+			Message: fmt.Sprintf("soapgw: origin %q overloaded: %d exchanges in flight", o.cfg.Node, o.lim.MaxConcurrentExchanges)}, nil)
+		return
+	}
 	pool := o.pools[req.Upstream]
 	if pool == nil {
-		o.fail(st, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
+		o.fail(st, start, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
 			Message: fmt.Sprintf("soapgw: upstream %q is not configured at origin %q", req.Upstream, o.cfg.Node)}, nil)
 		return
 	}
@@ -95,7 +106,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 
 	uc, err := pool.get(ctx)
 	if err != nil {
-		o.fail(st, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamDown,
+		o.fail(st, start, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamDown,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) unreachable: %v", up.Name, up.Address, unwrapOp(err))}, err)
 		return
 	}
@@ -115,7 +126,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 
 	if err := o.sendRequest(uc, req, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
-			o.fail(st, req.ExchangeID, up.Name, op, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
+			o.fail(st, start, req.ExchangeID, up.Name, op, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
 			return
 		}
 		if !errors.Is(err, errUpstreamWrite) {
@@ -146,11 +157,11 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
 				Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
 		}
-		o.fail(st, req.ExchangeID, up.Name, op, ge, err)
+		o.fail(st, start, req.ExchangeID, up.Name, op, ge, err)
 		return
 	}
 	if resp.StatusCode == 101 {
-		o.fail(st, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
+		o.fail(st, start, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
 			Message: fmt.Sprintf("soapgw: upstream %q switched protocols, which a SOAP gateway cannot carry", up.Name)}, nil)
 		return
 	}
@@ -159,11 +170,11 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	_ = uc.conn.SetReadDeadline(start.Add(o.lim.ExchangeTimeout))
 	faultCode := ""
 	if resp.StatusCode >= 500 {
-		b, _ := uc.br.Peek(uc.br.Buffered())
+		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
 		faultCode = faultCodeOf(b)
 	}
 	n, err := o.sendResponse(st, uc, resp)
-	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(n))
+	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
 		// goes out, so the next exchange (often already on its way) finds it idle.
@@ -188,9 +199,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	o.log.Debug("exchange", "exchange", req.ExchangeID, "upstream", up.Name, "method", req.Method, "target", req.Target, "status", resp.StatusCode, "duration", time.Since(start))
 }
 
-func (o *Origin) fail(st Stream, id, upstream, op string, ge *gatewayError, err error) {
+func (o *Origin) fail(st Stream, start time.Time, id, upstream, op string, ge *gatewayError, err error) {
 	o.m.gatewayErrors.WithLabelValues("origin", ge.Cause).Inc()
-	o.m.exchange("origin", upstream, op, ge.Status, "gateway_error", 0)
+	o.m.exchange("origin", upstream, op, ge.Status, "gateway_error", time.Since(start))
 	o.log.Warn("gateway error", "exchange", id, "upstream", upstream, "cause", ge.Cause, "status", ge.Status, "err", ge.Message)
 	if _, werr := st.Write(ge.append(nil)); werr == nil {
 		_ = st.CloseWrite()

@@ -167,3 +167,31 @@ func validLabel(v string) bool {
 	}
 	return true
 }
+
+// faultPeekLen is how much of a 5xx body to look at for a fault code: up to 4 KiB of a body
+// of known length (waiting for it if needed), or what is already buffered otherwise.
+func faultPeekLen(contentLength int64, buffered int) int {
+	if contentLength > 0 {
+		return int(min(contentLength, 4096))
+	}
+	return buffered
+}
+
+// requestHeadLen is the size of the request head as the client sent it (request line,
+// fields, blank line), up to whitespace the parser normalised: the raw bytes metrics count.
+func requestHeadLen(r *httpwire.Request) int {
+	return len(r.Method) + 1 + len(r.Target) + len(" HTTP/1.x\r\n") + fieldsLen(r.Header) + 2
+}
+
+// responseHeadLen is the same for a response.
+func responseHeadLen(r *httpwire.Response) int {
+	return len("HTTP/1.x 200 ") + len(r.Reason) + 2 + fieldsLen(r.Header) + 2
+}
+
+func fieldsLen(h httpwire.Header) int {
+	n := 0
+	for _, f := range h {
+		n += len(f.Name) + 2 + len(f.Value) + 2
+	}
+	return n
+}
