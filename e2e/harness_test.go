@@ -44,16 +44,36 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort returns a loopback address that was free a moment ago. Gateways need fixed
-// addresses in their configuration; the tiny race with other processes is acceptable in
-// tests.
+// handedOut remembers every port freePort returned, so two gateways of this test binary
+// (parallel tests, or an edge and an origin of one pair) never get the same one: the kernel
+// may offer a port again as soon as the probing listener closes.
+var handedOut struct {
+	sync.Mutex
+	ports map[string]bool
+}
+
+// freePort returns a loopback address that was free a moment ago and that no other call
+// returned. Gateways need fixed addresses in their configuration; the small race with
+// other processes' ephemeral ports is acceptable in tests.
 func freePort(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.ports == nil {
+		handedOut.ports = map[string]bool{}
+	}
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		if !handedOut.ports[addr] {
+			handedOut.ports[addr] = true
+			return addr
+		}
+	}
+	t.Fatal("freePort: no unused loopback port found")
+	return ""
 }
 
 // proc is a process started by a test; it is killed (by PID) at cleanup.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -249,7 +250,7 @@ func TestParseValidationErrors(t *testing.T) {
 		},
 		{
 			name: "bad urls",
-			yaml: doc(append(originDoc[:4],
+			yaml: doc(append(slices.Clone(originDoc[:4]),
 				"    - {name: a, url: 'ftp://a'}",         // 5
 				"    - {name: b, url: 'http://b/svc'}",    // 6
 				"    - {name: c, url: 'http://u:p@c'}",    // 7
@@ -336,8 +337,8 @@ func TestParseValidConfigs(t *testing.T) {
 		{"drain timeout zero", doc(append(edgeDoc, "drain_timeout: 0s")...)},
 		{"drain timeout bare zero", doc(append(edgeDoc, "drain_timeout: 0")...)},
 		{"pool size zero", doc(append(originDoc, "      pool_size: 0")...)},
-		{"https insecure", doc(append(originDoc[:5], "      url: https://b", "      insecure_skip_verify: true")...)},
-		{"ipv6 upstream", doc(append(originDoc[:5], "      url: http://[::1]:8080")...)},
+		{"https insecure", doc(append(slices.Clone(originDoc[:5]), "      url: https://b", "      insecure_skip_verify: true")...)},
+		{"ipv6 upstream", doc(append(slices.Clone(originDoc[:5]), "      url: http://[::1]:8080")...)},
 		{"http 1.0 explicit chunked false", doc(append(originDoc, "      http_version: '1.0'", "      chunked: false")...)},
 		{"routes differing by listener", doc(append(edgeDoc, "      listener: main", "    - {peer: dc1, upstream: x}")...)},
 	}
