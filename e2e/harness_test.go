@@ -168,19 +168,30 @@ func startGateway(t testing.TB, adminAddr, yml string, extraArgs ...string) *gat
 
 func (g *gateway) waitReady(t testing.TB, within time.Duration) {
 	t.Helper()
+	g.waitReadyAddr(t, within)
+}
+
+// waitReadyAddr polls /readyz; g.proc may be nil when the process was started by hand.
+func (g *gateway) waitReadyAddr(t testing.TB, within time.Duration) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		select {
-		case <-g.done:
-			t.Fatalf("gateway exited early: %v\n%s", g.err, g.out.String())
-		default:
+		if g.proc != nil {
+			select {
+			case <-g.done:
+				t.Fatalf("gateway exited early: %v\n%s", g.err, g.out.String())
+			default:
+			}
 		}
 		if code, _ := httpGet("http://" + g.admin + "/readyz"); code == 200 {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("gateway not ready within %s\n%s", within, g.out.String())
+	if g.proc != nil {
+		t.Fatalf("gateway not ready within %s\n%s", within, g.out.String())
+	}
+	t.Fatalf("gateway at %s not ready within %s", g.admin, within)
 }
 
 // httpGet is a minimal GET used for admin endpoints (no keep-alive, bounded).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,9 +95,19 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		if err != nil {
 			return nil, err
 		}
+		var tcfg *tls.Config
+		if o.TLS != nil {
+			if tcfg, err = serverTLS(o.TLS); err != nil {
+				return nil, usageError{err}
+			}
+		}
 		g.tunLn, err = net.Listen("tcp", o.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("origin.listen: %w", err)
+		}
+		if tcfg != nil {
+			// The TLS handshake runs inside the tunnel handshake, bounded by its timeout.
+			g.tunLn = tls.NewListener(g.tunLn, tcfg)
 		}
 		// The origin pings too: it measures RTT for its own metrics and notices an edge
 		// whose host vanished (a half-open connection) instead of keeping it for good.
@@ -113,11 +124,20 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 			if _, ok := codec.ByName(p.Codec); !ok { // config validation already refuses these
 				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): codec %q is not implemented", i, p.Name, p.Codec)}
 			}
+			var dial func(context.Context, string) (net.Conn, error)
+			if p.TLS != nil {
+				tcfg, err := clientTLS(p.TLS, p.Address, fmt.Sprintf("edge.peers[%d].tls", i))
+				if err != nil {
+					return nil, usageError{err}
+				}
+				dial = tlsDialer(tcfg)
+			}
 			peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{
 				Name:        p.Name,
 				Address:     p.Address,
 				Connections: p.Connections,
 				DialTimeout: p.DialTimeout,
+				Dial:        dial,
 				Session: &tunnel.Config{
 					Node:              cfg.Node,
 					KeepaliveInterval: p.KeepaliveInterval,

@@ -134,6 +134,30 @@ type Peer struct {
 	// KeepaliveTimeout is how long a ping may go unanswered before the
 	// tunnel connection is declared dead. Default: 10s.
 	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
+	// TLS encrypts the tunnel to this peer and verifies the origin's
+	// certificate; with cert_file and key_file the edge also presents a
+	// client certificate (mutual TLS). Optional. Default: none (plain TCP).
+	TLS *TLS `yaml:"tls,omitempty"`
+}
+
+// TLS secures tunnel connections with TLS 1.3. On an edge peer it verifies
+// the origin and may present a client certificate; on an origin it presents
+// the server certificate and, with ca_file, requires and verifies client
+// certificates from edges. Files are PEM.
+type TLS struct {
+	// CertFile is this gateway's certificate chain. Required on an origin;
+	// optional on an edge (then it is the client certificate).
+	CertFile string `yaml:"cert_file,omitempty"`
+	// KeyFile is the private key of CertFile. Required with CertFile.
+	KeyFile string `yaml:"key_file,omitempty"`
+	// CAFile holds the certificates that sign the other side's certificate.
+	// On an edge: the origin's CA (default: the system roots). On an
+	// origin: when set, every edge must present a client certificate signed
+	// by it. Optional.
+	CAFile string `yaml:"ca_file,omitempty"`
+	// ServerName is the name the edge expects in the origin's certificate.
+	// Edge only. Default: the host of the peer's address.
+	ServerName string `yaml:"server_name,omitempty"`
 }
 
 // Route selects the peer and the upstream for a request. Empty optional
@@ -167,6 +191,10 @@ type OriginConfig struct {
 	// MaxConnections caps the tunnel connections accepted at once.
 	// Default: 256.
 	MaxConnections int `yaml:"max_connections"`
+	// TLS makes the tunnel listener speak TLS 1.3 (cert_file and key_file
+	// required); with ca_file, edges must present client certificates.
+	// Optional. Default: none (plain TCP).
+	TLS *TLS `yaml:"tls,omitempty"`
 }
 
 // Upstream is one real SOAP service behind the origin.

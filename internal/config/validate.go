@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -95,6 +96,9 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		checkPositive(errs, p+".dial_timeout", peer.DialTimeout)
 		checkPositive(errs, p+".keepalive_interval", peer.KeepaliveInterval)
 		checkPositive(errs, p+".keepalive_timeout", peer.KeepaliveTimeout)
+		if peer.TLS != nil {
+			peer.TLS.validate(errs, p+".tls", false)
+		}
 	}
 
 	if len(e.Routes) == 0 {
@@ -143,6 +147,9 @@ func (o *OriginConfig) validate(errs *errorList) {
 	}
 	if len(o.Upstreams) == 0 {
 		errs.add("origin.upstreams", "at least one upstream is required")
+	}
+	if o.TLS != nil {
+		o.TLS.validate(errs, "origin.tls", true)
 	}
 	names := make(map[string]string, len(o.Upstreams))
 	for i, u := range o.Upstreams {
@@ -332,5 +339,30 @@ func checkNonNegative(errs *errorList, path string, d time.Duration) {
 func checkPositiveSize(errs *errorList, path string, b ByteSize) {
 	if b <= 0 {
 		errs.add(path, "must be greater than 0, got %d", int64(b))
+	}
+}
+
+// validate checks that the certificate and key come together, that an origin has them,
+// and that the files can be read: a typo in a path should fail `config check`, not the
+// first connection.
+func (t *TLS) validate(errs *errorList, p string, server bool) {
+	switch {
+	case server && t.CertFile == "":
+		errs.add(p+".cert_file", "required when the origin speaks TLS")
+	case t.CertFile != "" && t.KeyFile == "":
+		errs.add(p+".key_file", "required with cert_file")
+	case t.KeyFile != "" && t.CertFile == "":
+		errs.add(p+".cert_file", "required with key_file")
+	}
+	if server && t.ServerName != "" {
+		errs.add(p+".server_name", "only an edge peer names the server it expects")
+	}
+	for _, f := range []struct{ key, path string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs.add(p+"."+f.key, "cannot read %q: %v", f.path, errors.Unwrap(err))
+		}
 	}
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -400,4 +402,46 @@ func TestUpstreamMethods(t *testing.T) {
 			require.Equal(t, tt.chunked, tt.u.AcceptsChunked())
 		})
 	}
+}
+
+func TestTLSValidation(t *testing.T) {
+	dir := t.TempDir()
+	cert := filepath.Join(dir, "c.pem")
+	require.NoError(t, os.WriteFile(cert, []byte("x"), 0o600))
+	origin := func(tls ...string) []byte {
+		return doc(append([]string{
+			"node: gw",
+			"origin:",
+			"  listen: ':7070'",
+			"  upstreams: [{name: bill, url: 'http://b'}]",
+			"  tls:",
+		}, tls...)...)
+	}
+	_, err := Parse("x.yaml", origin("    cert_file: "+cert, "    key_file: "+cert, "    ca_file: "+cert))
+	require.NoError(t, err)
+
+	_, err = Parse("x.yaml", origin("    ca_file: "+cert))
+	require.EqualError(t, err, "x.yaml:5: origin.tls.cert_file: required when the origin speaks TLS")
+
+	_, err = Parse("x.yaml", origin("    cert_file: "+cert))
+	require.EqualError(t, err, "x.yaml:5: origin.tls.key_file: required with cert_file")
+
+	_, err = Parse("x.yaml", origin("    cert_file: "+cert, "    key_file: /nonexistent/k.pem"))
+	require.ErrorContains(t, err, `x.yaml:7: origin.tls.key_file: cannot read "/nonexistent/k.pem": no such file or directory`)
+
+	_, err = Parse("x.yaml", origin("    cert_file: "+cert, "    key_file: "+cert, "    server_name: x"))
+	require.ErrorContains(t, err, "origin.tls.server_name: only an edge peer names the server it expects")
+
+	c, err := Parse("x.yaml", doc(
+		"node: gw",
+		"edge:",
+		"  listeners: [{name: main, listen: ':8080'}]",
+		"  peers:",
+		"    - name: dc1",
+		"      address: dc1:7070",
+		"      tls: {ca_file: "+cert+", server_name: origin.example}",
+		"  routes: [{peer: dc1, upstream: bill}]",
+	))
+	require.NoError(t, err)
+	require.Equal(t, &TLS{CAFile: cert, ServerName: "origin.example"}, c.Edge.Peers[0].TLS)
 }
