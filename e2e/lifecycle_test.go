@@ -53,6 +53,11 @@ func frWaitRefused(t *testing.T, addr string, within time.Duration) {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if errors.Is(err, syscall.ECONNRESET) {
+			// The SYN reached the backlog of the listener as it closed: try again.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			require.True(t, errors.Is(err, syscall.ECONNREFUSED), "dial %s: %v", addr, err)
 			return

@@ -151,9 +151,20 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		// already told the client to continue.
 	}
 	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			// Not the upstream's fault: the exchange was aborted (its tunnel session
+			// died, the drain deadline passed) and its upstream call interrupted.
+			o.log.Warn("exchange aborted while waiting for the upstream", "exchange", req.ExchangeID, "upstream", up.Name, "err", context.Cause(ctx))
+			o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
+			o.m.exchange("origin", up.Name, op, 502, "gateway_error", time.Since(start))
+			return
+		}
 		ge := &gatewayError{Status: 502, Cause: causeUpstreamBad,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			ge = &gatewayError{Status: 504, Cause: causeTimeout,
+				Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.lim.ExchangeTimeout, up.Name)}
+		} else if errors.Is(err, os.ErrDeadlineExceeded) {
 			ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
 				Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
 		}
