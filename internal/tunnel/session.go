@@ -291,12 +291,19 @@ func (s *Session) Close() error {
 func (s *Session) CloseGracefully(ctx context.Context) error {
 	s.closing.Store(true)
 	s.wake()
+	linger := time.NewTimer(maxLinger)
+	defer linger.Stop()
 	select {
-	case <-s.ctx.Done():
+	case <-s.ctx.Done(): // the peer read everything and closed
 	case <-ctx.Done():
+	case <-linger.C:
 	}
 	return s.Close()
 }
+
+// maxLinger bounds how long CloseGracefully waits for the peer to close after our last
+// frame, whatever ctx allows: a peer that never closes must not hold a shutdown.
+const maxLinger = 10 * time.Second
 
 // Done is closed when the session is closed.
 func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
@@ -466,6 +473,14 @@ func (s *Session) sendLoop() {
 			return
 		}
 		if s.closing.Load() && s.queueEmpty() {
+			// Everything is written. Half-close instead of closing: a socket closed with
+			// unread input (the peer's window updates) sends RST, and an RST makes the
+			// peer's kernel drop the data it has not read yet: the end of the responses
+			// this close was meant to deliver. recvLoop keeps reading until the peer,
+			// having read everything, closes its side.
+			if hc, ok := s.conn.(interface{ CloseWrite() error }); ok && hc.CloseWrite() == nil {
+				return
+			}
 			s.closeWithError(ErrSessionClosed)
 			return
 		}

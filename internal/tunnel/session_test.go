@@ -248,3 +248,40 @@ func TestLargeTransferIntegrity(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want[:], got)
 }
+
+// Regression: CloseGracefully used to close the socket as soon as its last frame was
+// written. With the peer's window updates still unread, the kernel sent RST instead of FIN,
+// and the RST made the peer's kernel discard response bytes it had not read yet. A slow
+// reader must get the whole message.
+func TestCloseGracefullyDeliversToSlowReader(t *testing.T) {
+	c, s := sessionPair(t, tcpPair, nil, nil)
+	msg := make([]byte, 4<<20)
+	for i := range msg {
+		msg[i] = byte(i * 31)
+	}
+	go func() {
+		st, err := s.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		_, _ = io.ReadAll(st)
+		_, _ = st.Write(msg)
+		_ = st.CloseWrite()
+		_ = s.CloseGracefully(context.Background())
+	}()
+	st, err := c.OpenStream(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, st.CloseWrite())
+	var got []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := st.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		time.Sleep(200 * time.Microsecond) // a reader slower than the writer
+	}
+	require.Equal(t, msg, got)
+}
