@@ -37,7 +37,6 @@ type Session struct {
 	lastPeerID uint32 // highest stream id the peer opened and we accepted
 	goAwaySent bool
 	goAwayRecv bool
-	goAwayLast uint32
 	ctrlQ      [][]byte  // control frames, written before any DATA
 	ring       []*Stream // streams with pending DATA frames, served one frame each in turn
 	ringHead   int
@@ -46,13 +45,12 @@ type Session struct {
 	wsignal  chan struct{} // wakes sendLoop; capacity 1
 	acceptCh chan *Stream
 
-	goAwayCh    chan struct{}          // closed when the peer sends GOAWAY
-	closing     atomic.Bool            // CloseGracefully: close once everything queued is written
-	onFree      atomic.Pointer[func()] // called when a stream finishes (Peer wakes waiters)
-	lastRecv    atomic.Int64           // unix nanos of the last frame received
-	rtt         atomic.Int64           // nanos, last measured
-	pingSent    atomic.Int64           // unix nanos of the outstanding PING, 0 if none
-	streamsDone chan struct{}
+	goAwayCh chan struct{}          // closed when the peer sends GOAWAY
+	closing  atomic.Bool            // CloseGracefully: close once everything queued is written
+	onFree   atomic.Pointer[func()] // called when a stream finishes (Peer wakes waiters)
+	lastRecv atomic.Int64           // unix nanos of the last frame received
+	rtt      atomic.Int64           // nanos, last measured
+	pingSent atomic.Int64           // unix nanos of the outstanding PING, 0 if none
 }
 
 // frameBufSize is the capacity of pooled frame buffers: a default DATA frame (16 KiB of
@@ -95,17 +93,16 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m 
 		_ = tc.SetNoDelay(true)
 	}
 	s := &Session{
-		conn:        conn,
-		cfg:         cfg,
-		client:      client,
-		local:       cfg.hello(),
-		br:          bufio.NewReaderSize(conn, 64<<10),
-		bw:          bufio.NewWriterSize(conn, 64<<10),
-		streams:     make(map[uint32]*Stream),
-		wsignal:     make(chan struct{}, 1),
-		acceptCh:    make(chan *Stream, cfg.MaxStreams),
-		streamsDone: make(chan struct{}),
-		goAwayCh:    make(chan struct{}),
+		conn:     conn,
+		cfg:      cfg,
+		client:   client,
+		local:    cfg.hello(),
+		br:       bufio.NewReaderSize(conn, 64<<10),
+		bw:       bufio.NewWriterSize(conn, 64<<10),
+		streams:  make(map[uint32]*Stream),
+		wsignal:  make(chan struct{}, 1),
+		acceptCh: make(chan *Stream, cfg.MaxStreams),
+		goAwayCh: make(chan struct{}),
 	}
 	if client {
 		s.nextID = 1
@@ -626,7 +623,6 @@ func (s *Session) handleGoAway(last uint32, code frame.Code, reason string) {
 		close(s.goAwayCh)
 	}
 	s.goAwayRecv = true
-	s.goAwayLast = last
 	var refused []*Stream
 	for id, st := range s.streams {
 		if id%2 == s.nextID%2 && id > last {
