@@ -1,0 +1,170 @@
+package codec
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/soapgw/soapgw/internal/soapdemo"
+)
+
+// benchFamily is a sequence of messages of one direction, in order.
+type benchFamily struct {
+	name string
+	// msg returns message i; ok false ends a pass (the pair is then renewed, so that a
+	// short corpus is not compressed against its own earlier passes).
+	msg func(i int) (m []byte, ok bool)
+}
+
+func benchFamilies(b *testing.B) []benchFamily {
+	fams := []benchFamily{
+		{"stress-request", func(i int) ([]byte, bool) { return soapdemo.StressRequest(i), true }},
+		{"stress-response", func(i int) ([]byte, bool) { return soapdemo.StressResponse(i), true }},
+	}
+	// testdata/corpus/<family>/NNNN-<dir>.xml: one family per direction, in file order
+	// (paired families alternate request and response files).
+	root := filepath.Join("..", "..", "testdata", "corpus")
+	dirs, err := os.ReadDir(root)
+	if err != nil {
+		return fams // no corpus (yet)
+	}
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(root, d.Name(), "*"))
+		slices.Sort(files)
+		byDir := map[string][][]byte{}
+		var order []string
+		for _, f := range files {
+			m, err := os.ReadFile(f)
+			if err != nil {
+				continue // a directory or a file being written
+			}
+			dir := "all"
+			for _, s := range []string{"request", "response"} {
+				if strings.Contains(filepath.Base(f), s) {
+					dir = s
+				}
+			}
+			if byDir[dir] == nil {
+				order = append(order, dir)
+			}
+			byDir[dir] = append(byDir[dir], m)
+		}
+		for _, dir := range order {
+			msgs := byDir[dir]
+			fams = append(fams, benchFamily{"corpus-" + d.Name() + "-" + dir, func(i int) ([]byte, bool) {
+				if i >= len(msgs) {
+					return nil, false
+				}
+				return msgs[i], true
+			}})
+		}
+	}
+	return fams
+}
+
+// BenchmarkCodecs runs the messages of each family, in order, through one encoder and
+// decoder pair per codec; an op is one message encoded and decoded.
+func BenchmarkCodecs(b *testing.B) {
+	for _, fam := range benchFamilies(b) {
+		for _, c := range Registry() {
+			b.Run(fam.name+"/"+c.Name(), func(b *testing.B) { benchCodec(b, c, fam) })
+		}
+	}
+}
+
+func benchCodec(b *testing.B, c Codec, fam benchFamily) {
+	const batch = 4096
+	newPair := func() (Encoder, Decoder) {
+		enc, err := c.NewEncoder()
+		if err != nil {
+			b.Fatal(err)
+		}
+		dec, err := c.NewDecoder(Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return enc, dec
+	}
+	// renew restarts a pair for a new pass: stateful codecs are reset in place (a new
+	// pair's allocations would otherwise be paid for by the GC in timed code).
+	renew := func(enc Encoder, dec Decoder) (Encoder, Decoder) {
+		type resetter interface{ reset() }
+		re, ok1 := enc.(resetter)
+		rd, ok2 := dec.(resetter)
+		if ok1 && ok2 {
+			re.reset()
+			rd.reset()
+			return enc, dec
+		}
+		if ok1 || ok2 {
+			return newPair()
+		}
+		return enc, dec // stateless
+	}
+	// Size the op from the first batch (or the whole corpus).
+	var raw int64
+	var n int
+	for ; n < batch; n++ {
+		m, ok := fam.msg(n)
+		if !ok {
+			break
+		}
+		raw += int64(len(m))
+	}
+	if n == 0 {
+		b.Skip("no messages")
+	}
+	b.SetBytes(raw / int64(n))
+	b.ReportAllocs()
+
+	enc, dec := newPair()
+	var msgs [][]byte
+	var next, pos int // next message index of the pass; position in msgs
+	var payload, out []byte
+	var totalRaw, totalCoded int64
+	b.ResetTimer()
+	for range b.N {
+		if pos == len(msgs) {
+			b.StopTimer()
+			msgs, pos = msgs[:0], 0
+			for len(msgs) < batch {
+				m, ok := fam.msg(next)
+				if !ok {
+					if len(msgs) == 0 { // a new pass: restart the pair
+						enc, dec = renew(enc, dec)
+						next = 0
+						continue
+					}
+					break
+				}
+				msgs = append(msgs, m)
+				next++
+			}
+			b.StartTimer()
+		}
+		m := msgs[pos]
+		pos++
+		var err error
+		payload, err = enc.Encode(payload[:0], m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err = dec.Decode(out[:0], payload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(out) != len(m) {
+			b.Fatal("round trip differs")
+		}
+		totalRaw += int64(len(m))
+		totalCoded += int64(len(payload))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(totalCoded)/float64(b.N), "bytes/msg")
+	b.ReportMetric(100*float64(totalCoded)/float64(max(totalRaw, 1)), "%raw")
+}
