@@ -83,23 +83,15 @@ type gzipDecoder struct {
 }
 
 func (d *gzipDecoder) Decode(dst, payload []byte) ([]byte, error) {
-	if len(payload) == 0 {
-		return dst, fmt.Errorf("%w: empty gzip payload", ErrCorrupt)
+	body, stored, err := splitMode(payload, d.max, "gzip")
+	if err != nil {
+		return dst, err
 	}
-	body := payload[1:]
-	switch payload[0] {
-	case modeStored:
-		if len(body) > d.max {
-			return dst, ErrTooLarge
-		}
+	if stored {
 		return append(dst, body...), nil
-	case modeCompressed:
-	default:
-		return dst, fmt.Errorf("%w: gzip mode %d", ErrCorrupt, payload[0])
 	}
 	d.in.b = body
 	defer func() { d.in.b = nil }()
-	var err error
 	if d.r == nil {
 		d.r, err = gzip.NewReader(&d.in)
 	} else {

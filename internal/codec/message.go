@@ -2,6 +2,7 @@ package codec
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 )
@@ -131,6 +132,26 @@ func (d identityDecoder) Decode(dst, payload []byte) ([]byte, error) {
 }
 
 // appendStored appends the stored form of msg.
+// splitMode checks a payload's mode byte. For a stored payload it returns the message
+// itself (stored, bounded by max); for a compressed one the body that follows the byte.
+// Every decoder starts with it, so the stored form and its size cap are checked once.
+func splitMode(payload []byte, max int, name string) (body []byte, stored bool, err error) {
+	if len(payload) == 0 {
+		return nil, false, fmt.Errorf("%w: empty %s payload", ErrCorrupt, name)
+	}
+	body = payload[1:]
+	switch payload[0] {
+	case modeStored:
+		if len(body) > max {
+			return nil, false, ErrTooLarge
+		}
+		return body, true, nil
+	case modeCompressed:
+		return body, false, nil
+	}
+	return nil, false, fmt.Errorf("%w: %s mode %d", ErrCorrupt, name, payload[0])
+}
+
 func appendStored(dst, msg []byte) []byte {
 	dst = append(dst, modeStored)
 	return append(dst, msg...)

@@ -171,19 +171,12 @@ type zstdDecoder struct {
 }
 
 func (d *zstdDecoder) Decode(dst, payload []byte) ([]byte, error) {
-	if len(payload) == 0 {
-		return dst, fmt.Errorf("%w: empty zstd payload", ErrCorrupt)
+	body, stored, err := splitMode(payload, d.max, "zstd")
+	if err != nil {
+		return dst, err
 	}
-	body := payload[1:]
-	switch payload[0] {
-	case modeStored:
-		if len(body) > d.max {
-			return dst, ErrTooLarge
-		}
+	if stored {
 		return append(dst, body...), nil
-	case modeCompressed:
-	default:
-		return dst, fmt.Errorf("%w: zstd mode %d", ErrCorrupt, payload[0])
 	}
 	if len(body) == 0 {
 		// DecodeAll accepts no frames at all; a compressed message has one.
@@ -317,22 +310,15 @@ func (s *zstdStreamDecoder) Decode(dst, payload []byte) ([]byte, error) {
 }
 
 func (s *zstdStreamDecoder) decode(dst, payload []byte) ([]byte, error) {
-	if len(payload) == 0 {
-		return dst, fmt.Errorf("%w: empty zstd-stream payload", ErrCorrupt)
+	body, stored, err := splitMode(payload, s.max, "zstd-stream")
+	if err != nil {
+		return dst, err
 	}
-	body := payload[1:]
-	switch payload[0] {
-	case modeStored:
-		if len(body) > s.max {
-			return dst, ErrTooLarge
-		}
+	if stored {
 		if err := s.d.Reset(&s.in); err != nil {
 			return dst, zstdErr(err)
 		}
 		return append(dst, body...), nil
-	case modeCompressed:
-	default:
-		return dst, fmt.Errorf("%w: zstd-stream mode %d", ErrCorrupt, payload[0])
 	}
 	n, k := binary.Uvarint(body)
 	if k <= 0 {
