@@ -244,6 +244,12 @@ origin:
 }
 
 func edgeYAML(a pairAddrs, extra string) string {
+	return edgeYAMLRoutes(a, "", extra)
+}
+
+// edgeYAMLRoutes is edgeYAML with routes (YAML list items, indented four spaces) placed
+// before the catch-all route to upstream "svc": the first matching route wins.
+func edgeYAMLRoutes(a pairAddrs, routes, extra string) string {
 	return fmt.Sprintf(`node: e2e-edge
 admin:
   listen: %s
@@ -256,9 +262,9 @@ edge:
       address: %s
       connections: 2
   routes:
-    - peer: dc1
+%s    - peer: dc1
       upstream: svc
-%s`, a.EdgeAdmin, a.Edge, a.Tunnel, extra)
+%s`, a.EdgeAdmin, a.Edge, a.Tunnel, routes, extra)
 }
 
 // startPair starts an origin for upstreamURL and an edge in front of it.

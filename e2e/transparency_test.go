@@ -67,29 +67,13 @@ func trStartEnv(t *testing.T) *trEnv {
       chunked: false
 `, url, url)
 	startGateway(t, env.a.OriginAdmin, originYAML(env.a, url, extraOrigin))
-	// The routes written in edgeYAML match everything, and the first match wins: write
-	// the edge configuration here with the specific prefixes first.
-	edge := fmt.Sprintf(`node: e2e-edge
-admin:
-  listen: %s
-edge:
-  listeners:
-    - name: soap
-      listen: %s
-  peers:
-    - name: dc1
-      address: %s
-      connections: 2
-  routes:
-    - path_prefix: /v10/
+	edge := edgeYAMLRoutes(env.a, `    - path_prefix: /v10/
       peer: dc1
       upstream: svc10
     - path_prefix: /nochunk/
       peer: dc1
       upstream: nochunk
-    - peer: dc1
-      upstream: svc
-`, env.a.EdgeAdmin, env.a.Edge, env.a.Tunnel)
+`, "")
 	startGateway(t, env.a.EdgeAdmin, edge)
 	env.host = env.a.Edge
 	return env
