@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
@@ -244,8 +245,16 @@ func (e *Edge) gatewayError(cc net.Conn, id, upstream, cause string, err error) 
 	e.log.Warn("gateway error", "exchange", id, "upstream", upstream, "cause", cause, "client", cc.RemoteAddr().String(), "err", err)
 }
 
+// exchangeIDPrefix makes exchange ids unique across processes; the counter after it makes
+// them unique within one. Sequential ids (rather than 64 random bits each) cost about one
+// byte per message under the token codec, which codes them as a delta from the last one.
+var (
+	exchangeIDPrefix = strconv.FormatUint(uint64(rand.Uint32())|1<<31, 16) + "-"
+	exchangeCounter  atomic.Uint64
+)
+
 func newExchangeID() string {
-	return strconv.FormatUint(rand.Uint64()|1<<63, 16)
+	return exchangeIDPrefix + strconv.FormatUint(exchangeCounter.Add(1), 10)
 }
 
 // exchange is one request/response on a client connection, as the edge handles it.
@@ -339,7 +348,7 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	}
 	mp := msgPool.Get().(*[]byte)
 	defer msgPool.Put(mp)
-	msg := head.append((*mp)[:0])
+	msg := head.Append((*mp)[:0])
 	replayable := req.ContentLength >= 0 && req.ContentLength <= e.cfg.ReplayLimit
 	if replayable {
 		n := len(msg)
@@ -427,10 +436,9 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		if err == nil {
 			sbr = readerPool.Get().(*bufio.Reader)
 			sbr.Reset(st)
-			var kind byte
-			var hr *headReader
-			if kind, hr, err = readHead(sbr, e.lim.MaxHeaderBytes+4096); err == nil {
-				if resp, gwErr, err = parseResponseHead(kind, hr); err == nil {
+			var head []byte
+			if head, err = readHead(sbr, e.lim.MaxHeaderBytes+4096); err == nil {
+				if resp, gwErr, err = envelope.ParseResponse(head); err == nil {
 					return st, sbr, resp, gwErr, true
 				}
 			}

@@ -10,13 +10,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
 const testHeadMax = 64<<10 + 4096
 
-// headReaderOf runs readHead over the bytes b.
-func headReaderOf(b []byte, max int) (byte, *headReader, error) {
+// headOf runs readHead over the bytes b.
+func headOf(b []byte, max int) ([]byte, error) {
 	return readHead(bufio.NewReader(bytes.NewReader(b)), max)
 }
 
@@ -30,20 +31,20 @@ func normHeader(h httpwire.Header) httpwire.Header {
 
 func decodeRequest(t testing.TB, b []byte) (*requestHead, error) {
 	t.Helper()
-	kind, hr, err := headReaderOf(b, 1<<20)
+	head, err := headOf(b, 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	return parseRequestHead(kind, hr)
+	return envelope.ParseRequest(head)
 }
 
 func decodeResponse(t testing.TB, b []byte) (*responseHead, *gatewayError, error) {
 	t.Helper()
-	kind, hr, err := headReaderOf(b, 1<<20)
+	head, err := headOf(b, 1<<20)
 	if err != nil {
 		return nil, nil, err
 	}
-	return parseResponseHead(kind, hr)
+	return envelope.ParseResponse(head)
 }
 
 func manyFields(n int) httpwire.Header {
@@ -122,7 +123,7 @@ func gatewayErrorCases() []struct {
 func TestRequestHeadRoundTrip(t *testing.T) {
 	for _, tc := range requestHeadCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			b := tc.h.append(nil)
+			b := tc.h.Append(nil)
 			got, err := decodeRequest(t, b)
 			require.NoError(t, err)
 			want := tc.h
@@ -136,7 +137,7 @@ func TestRequestHeadRoundTrip(t *testing.T) {
 func TestResponseHeadRoundTrip(t *testing.T) {
 	for _, tc := range responseHeadCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			b := tc.h.append(nil)
+			b := tc.h.Append(nil)
 			got, ge, err := decodeResponse(t, b)
 			require.NoError(t, err)
 			require.Nil(t, ge)
@@ -151,7 +152,7 @@ func TestResponseHeadRoundTrip(t *testing.T) {
 func TestGatewayErrorRoundTrip(t *testing.T) {
 	for _, tc := range gatewayErrorCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			b := tc.e.append(nil)
+			b := tc.e.Append(nil)
 			resp, got, err := decodeResponse(t, b)
 			require.NoError(t, err)
 			require.Nil(t, resp)
@@ -164,11 +165,11 @@ func TestGatewayErrorRoundTrip(t *testing.T) {
 // The body follows the head unchanged: readHead must consume exactly the head.
 func TestEnvelopeHeadThenBody(t *testing.T) {
 	h := requestHead{Method: "POST", Target: "/svc", ContentLength: 5, Header: unicodeHeader}
-	msg := append(h.append(nil), "hello"...)
+	msg := append(h.Append(nil), "hello"...)
 	br := bufio.NewReader(bytes.NewReader(msg))
-	kind, hr, err := readHead(br, testHeadMax)
+	head, err := readHead(br, testHeadMax)
 	require.NoError(t, err)
-	got, err := parseRequestHead(kind, hr)
+	got, err := envelope.ParseRequest(head)
 	require.NoError(t, err)
 	require.Equal(t, int64(5), got.ContentLength)
 	rest := make([]byte, 16)
@@ -181,8 +182,8 @@ func TestEnvelopeHeadThenBody(t *testing.T) {
 func TestEnvelopeAppendToNonEmptyBuffer(t *testing.T) {
 	prefix := []byte("PREFIX")
 	h := requestHead{Method: "POST", Target: "/svc", ContentLength: 3}
-	alone := h.append(nil)
-	got := h.append(append([]byte(nil), prefix...))
+	alone := h.Append(nil)
+	got := h.Append(append([]byte(nil), prefix...))
 	require.Equal(t, append(append([]byte(nil), prefix...), alone...), got)
 }
 
@@ -190,7 +191,7 @@ func TestEnvelopeAppendToNonEmptyBuffer(t *testing.T) {
 func TestEnvelopeLengthPrefix(t *testing.T) {
 	for _, n := range []int{0, 1, 100, 1000, 70000} {
 		h := requestHead{Method: "POST", Target: "/" + strings.Repeat("t", n)}
-		b := h.append(nil)
+		b := h.Append(nil)
 		v, k := binary.Uvarint(b)
 		require.Positive(t, k)
 		require.Equal(t, uint64(len(b)-k), v)
@@ -205,19 +206,19 @@ func validHeads() [][]byte {
 		if len(tc.h.Header) > 10 || len(tc.h.Upstream) > 1000 {
 			continue // keep the quadratic truncation test small
 		}
-		out = append(out, tc.h.append(nil))
+		out = append(out, tc.h.Append(nil))
 	}
 	for _, tc := range responseHeadCases() {
 		if len(tc.h.Header) > 10 {
 			continue
 		}
-		out = append(out, tc.h.append(nil))
+		out = append(out, tc.h.Append(nil))
 	}
 	for _, tc := range gatewayErrorCases() {
 		if len(tc.e.Message) > 1000 {
 			continue
 		}
-		out = append(out, tc.e.append(nil))
+		out = append(out, tc.e.Append(nil))
 	}
 	return out
 }
@@ -239,14 +240,13 @@ func withPrefix(head []byte) []byte {
 // kind must be an error, not a panic).
 func parseAny(t testing.TB, b []byte) error {
 	t.Helper()
-	kind, hr, err := headReaderOf(b, testHeadMax)
+	head, err := headOf(b, testHeadMax)
 	if err != nil {
 		return err
 	}
-	cp := *hr
-	_, rerr := parseRequestHead(kind, hr)
-	_, _, perr := parseResponseHead(kind, &cp)
-	if kind == kindRequest {
+	_, rerr := envelope.ParseRequest(head)
+	_, _, perr := envelope.ParseResponse(head)
+	if head[1] == kindRequest {
 		require.Error(t, perr)
 		return rerr
 	}
@@ -282,7 +282,7 @@ func TestEnvelopeCutMessage(t *testing.T) {
 // Regression: a message that ends inside its length prefix or head, or whose prefix
 // overflows, is a malformed envelope (errBadEnvelope), not a bare io.ErrUnexpectedEOF.
 func TestEnvelopeCutMessageIsBadEnvelope(t *testing.T) {
-	long := (&requestHead{Method: "POST", Target: "/" + strings.Repeat("t", 300)}).append(nil)
+	long := (&requestHead{Method: "POST", Target: "/" + strings.Repeat("t", 300)}).Append(nil)
 	cases := map[string][]byte{
 		"cut inside head":            long[:10],
 		"cut inside length prefix":   long[:1],
@@ -298,9 +298,9 @@ func TestEnvelopeCutMessageIsBadEnvelope(t *testing.T) {
 }
 
 func TestEnvelopeMalformed(t *testing.T) {
-	req := (&requestHead{Method: "POST", Target: "/", ContentLength: 1}).append(nil)
+	req := (&requestHead{Method: "POST", Target: "/", ContentLength: 1}).Append(nil)
 	reqHead := splitHead(t, req)
-	resp := (&responseHead{Status: 200, ContentLength: -1}).append(nil)
+	resp := (&responseHead{Status: 200, ContentLength: -1}).Append(nil)
 
 	mut := func(b []byte, f func(h []byte) []byte) []byte {
 		h := append([]byte(nil), splitHead(t, b)...)
@@ -314,15 +314,15 @@ func TestEnvelopeMalformed(t *testing.T) {
 		"version 2":               mut(req, func(h []byte) []byte { h[0] = 2; return h }),
 		"version 255":             mut(resp, func(h []byte) []byte { h[0] = 255; return h }),
 		"unknown kind":            mut(req, func(h []byte) []byte { h[1] = 'Z'; return h }),
-		"empty method":            (&requestHead{Target: "/"}).append(nil),
-		"empty target":            (&requestHead{Method: "GET"}).append(nil),
-		"status 0":                (&responseHead{Status: 0}).append(nil),
-		"status 99":               (&responseHead{Status: 99}).append(nil),
-		"status 1000":             (&responseHead{Status: 1000}).append(nil),
-		"error status 399":        (&gatewayError{Status: 399}).append(nil),
-		"error status 600":        (&gatewayError{Status: 600}).append(nil),
-		"length over 2^62":        (&requestHead{Method: "POST", Target: "/", ContentLength: 1<<62 + 1}).append(nil),
-		"resp length over 2^62":   (&responseHead{Status: 200, ContentLength: 1<<63 - 1}).append(nil),
+		"empty method":            (&requestHead{Target: "/"}).Append(nil),
+		"empty target":            (&requestHead{Method: "GET"}).Append(nil),
+		"status 0":                (&responseHead{Status: 0}).Append(nil),
+		"status 99":               (&responseHead{Status: 99}).Append(nil),
+		"status 1000":             (&responseHead{Status: 1000}).Append(nil),
+		"error status 399":        (&gatewayError{Status: 399}).Append(nil),
+		"error status 600":        (&gatewayError{Status: 600}).Append(nil),
+		"length over 2^62":        (&requestHead{Method: "POST", Target: "/", ContentLength: 1<<62 + 1}).Append(nil),
+		"resp length over 2^62":   (&responseHead{Status: 200, ContentLength: 1<<63 - 1}).Append(nil),
 		"string longer than head": withPrefix([]byte{envelopeVersion, kindRequest, 200, 'a'}),
 		"field count too large":   withPrefix(append(append([]byte(nil), reqHead[:len(reqHead)-1]...), 0xff, 0xff, 0x03)),
 		"varint overflow in head": withPrefix(append([]byte{envelopeVersion, kindRequest}, bytes.Repeat([]byte{0xff}, 11)...)),
@@ -337,41 +337,41 @@ func TestEnvelopeMalformed(t *testing.T) {
 }
 
 func TestEnvelopeVersionMismatch(t *testing.T) {
-	b := (&requestHead{Method: "POST", Target: "/"}).append(nil)
+	b := (&requestHead{Method: "POST", Target: "/"}).Append(nil)
 	head := append([]byte(nil), splitHead(t, b)...)
 	head[0] = envelopeVersion + 1
-	_, _, err := headReaderOf(withPrefix(head), testHeadMax)
+	_, err := headOf(withPrefix(head), testHeadMax)
 	require.ErrorIs(t, err, errBadEnvelope)
 	require.Contains(t, err.Error(), fmt.Sprintf("version %d, want %d", envelopeVersion+1, envelopeVersion))
 }
 
 func TestEnvelopeHeadLimit(t *testing.T) {
 	h := requestHead{Method: "POST", Target: "/" + strings.Repeat("t", 1000)}
-	b := h.append(nil)
+	b := h.Append(nil)
 	n := len(splitHead(t, b))
 
-	_, hr, err := headReaderOf(b, n)
+	head, err := headOf(b, n)
 	require.NoError(t, err, "a head of exactly the limit is accepted")
-	_, err = parseRequestHead(kindRequest, hr)
+	_, err = envelope.ParseRequest(head)
 	require.NoError(t, err)
 
-	_, _, err = headReaderOf(b, n-1)
+	_, err = headOf(b, n-1)
 	require.ErrorIs(t, err, errBadEnvelope)
 	require.Contains(t, err.Error(), "limit")
 
 	// A huge announced length is refused before anything is allocated or read.
 	huge := binary.AppendUvarint(nil, 1<<40)
-	_, _, err = headReaderOf(huge, testHeadMax)
+	_, err = headOf(huge, testHeadMax)
 	require.ErrorIs(t, err, errBadEnvelope)
 	huge = binary.AppendUvarint(nil, 1<<63)
-	_, _, err = headReaderOf(huge, testHeadMax)
+	_, err = headOf(huge, testHeadMax)
 	require.ErrorIs(t, err, errBadEnvelope)
 }
 
 func TestEnvelopeWrongKind(t *testing.T) {
-	req := (&requestHead{Method: "POST", Target: "/"}).append(nil)
-	resp := (&responseHead{Status: 200}).append(nil)
-	ge := (&gatewayError{Status: 502}).append(nil)
+	req := (&requestHead{Method: "POST", Target: "/"}).Append(nil)
+	resp := (&responseHead{Status: 200}).Append(nil)
+	ge := (&gatewayError{Status: 502}).Append(nil)
 
 	_, _, err := decodeResponse(t, req)
 	require.ErrorIs(t, err, errBadEnvelope)
@@ -385,29 +385,28 @@ func FuzzEnvelope(f *testing.F) {
 	for _, b := range validHeads() {
 		f.Add(b)
 	}
-	f.Add((&requestHead{Method: "POST", Target: "/", Header: manyFields(40)}).append(nil))
+	f.Add((&requestHead{Method: "POST", Target: "/", Header: manyFields(40)}).Append(nil))
 	f.Add([]byte{})
-	f.Add([]byte{2, envelopeVersion, kindError})
+	f.Add([]byte{2, envelopeVersion, envelope.KindError})
 	f.Add(bytes.Repeat([]byte{0xff}, 12))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		const max = 1 << 16
-		kind, hr, err := headReaderOf(data, max)
+		head, err := headOf(data, max)
 		if err != nil {
 			return // any error is fine; the point is no panic and no huge allocation
 		}
-		cp := *hr
-		if req, err := parseRequestHead(kind, hr); err == nil {
-			enc := req.append(nil)
-			k2, hr2, err := headReaderOf(enc, max)
+		if req, err := envelope.ParseRequest(head); err == nil {
+			enc := req.Append(nil)
+			head2, err := headOf(enc, max)
 			require.NoError(t, err)
-			req2, err := parseRequestHead(k2, hr2)
+			req2, err := envelope.ParseRequest(head2)
 			require.NoError(t, err)
 			req.Header, req2.Header = normHeader(req.Header), normHeader(req2.Header)
 			require.Equal(t, req, req2)
 		} else {
 			require.ErrorIs(t, err, errBadEnvelope)
 		}
-		resp, ge, err := parseResponseHead(kind, &cp)
+		resp, ge, err := envelope.ParseResponse(head)
 		if err != nil {
 			require.ErrorIs(t, err, errBadEnvelope)
 			return
@@ -415,14 +414,14 @@ func FuzzEnvelope(f *testing.F) {
 		var enc []byte
 		if resp != nil {
 			require.Nil(t, ge)
-			enc = resp.append(nil)
+			enc = resp.Append(nil)
 		} else {
 			require.NotNil(t, ge)
-			enc = ge.append(nil)
+			enc = ge.Append(nil)
 		}
-		k2, hr2, err := headReaderOf(enc, max)
+		head2, err := headOf(enc, max)
 		require.NoError(t, err)
-		resp2, ge2, err := parseResponseHead(k2, hr2)
+		resp2, ge2, err := envelope.ParseResponse(head2)
 		require.NoError(t, err)
 		if resp != nil {
 			resp.Header, resp2.Header = normHeader(resp.Header), normHeader(resp2.Header)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
@@ -74,10 +75,10 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	sbr.Reset(st)
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
-	kind, hr, err := readHead(sbr, o.lim.MaxHeaderBytes+4096)
+	head, err := readHead(sbr, o.lim.MaxHeaderBytes+4096)
 	var req *requestHead
 	if err == nil {
-		req, err = parseRequestHead(kind, hr)
+		req, err = envelope.ParseRequest(head)
 	}
 	if err != nil {
 		o.fail(st, start, "", "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
@@ -214,7 +215,7 @@ func (o *Origin) fail(st Stream, start time.Time, id, upstream, op string, ge *g
 	o.m.gatewayErrors.WithLabelValues("origin", ge.Cause).Inc()
 	o.m.exchange("origin", upstream, op, ge.Status, "gateway_error", time.Since(start))
 	o.log.Warn("gateway error", "exchange", id, "upstream", upstream, "cause", ge.Cause, "status", ge.Status, "err", ge.Message)
-	if _, werr := st.Write(ge.append(nil)); werr == nil {
+	if _, werr := st.Write(ge.Append(nil)); werr == nil {
 		_ = st.CloseWrite()
 	}
 }
@@ -346,7 +347,7 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 	if resp.Chunked {
 		head.ContentLength = -1
 	}
-	if _, err := st.Write(head.append(nil)); err != nil {
+	if _, err := st.Write(head.Append(nil)); err != nil {
 		return 0, err
 	}
 	bufp := copyBufPool.Get().(*[]byte)
