@@ -34,7 +34,7 @@ const BigName = "doubles-2mb"
 // Families lists every family Family knows, in corpus order.
 var Families = []string{
 	"stress", "deploy", "weather-simple", "weather-detailed",
-	"fixml", "northwind", "charging", "edge",
+	"fixml", "northwind", "charging", "wsa", "edge",
 }
 
 var generators = map[string]func(n int, r *rand.Rand) []Message{
@@ -45,6 +45,7 @@ var generators = map[string]func(n int, r *rand.Rand) []Message{
 	"fixml":            fixml,
 	"northwind":        northwind,
 	"charging":         charging,
+	"wsa":              wsa,
 	"edge":             edge,
 }
 
