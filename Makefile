@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/soapgw
 
-.PHONY: build test test-short demo bench fuzz lint clean
+.PHONY: build test test-short demo bench bench-smoke bench-suite fuzz lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/soapgw
@@ -22,9 +22,18 @@ demo:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/...
 
+# The link-emulator benchmark suite (issue #4; needs root for network namespaces, and
+# Debian's nginx for the nginx-pair configuration). bench-smoke is what CI runs: one
+# profile, one scenario, a few calls. bench-suite is the full run behind docs/benchmarks.md.
+bench-smoke:
+	$(GO) run ./cmd/soapgw bench --smoke --out bench-results/smoke
+
+bench-suite:
+	$(GO) run ./cmd/soapgw bench --out bench-results/full
+
 # A short fuzzing pass over every fuzz target (seed corpora run in `make test` anyway).
 fuzz:
-	@for pkg in ./internal/tunnel/frame ./internal/httpwire ./internal/proxy; do \
+	@for pkg in ./internal/tunnel/frame ./internal/tunnel ./internal/httpwire ./internal/proxy ./internal/codec ./internal/codec/xmltok; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$pkg || exit 1; \
 	  done; \

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/bench"
+)
+
+// benchChildVar makes the test binary act as soapgw: bench starts it as the gateway
+// (--binary <test binary>), with this variable set, instead of building soapgw.
+const benchChildVar = "SOAPGW_BENCH_TEST_CHILD"
+
+func init() {
+	if os.Getenv(benchChildVar) == "1" {
+		// As main does: the first SIGTERM drains, a second one kills.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, stop))
+	}
+}
+
+func benchAsChild(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	benchChildEnv = []string{benchChildVar + "=1"}
+	t.Cleanup(func() { benchChildEnv = nil })
+	return exe
+}
+
+func TestBenchSmokeOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gateway processes")
+	}
+	exe := benchAsChild(t)
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--smoke", "--profiles", "loopback", "--binary", exe, "--out", out)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+
+	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	want := []string{"direct", "soapgw/identity"}
+	if bench.NginxPath() != "" {
+		want = []string{"direct", "nginx-pair", "soapgw/identity"}
+	}
+	var got []string
+	for _, r := range res.Runs {
+		got = append(got, r.Config)
+		require.Equal(t, bench.StatusOK, r.Status, "%s: %s", r.Config, r.Reason)
+		require.Equal(t, "loopback", r.Profile)
+		require.Equal(t, "stress", r.Scenario)
+		require.Equal(t, 20, r.OK)
+		require.Zero(t, r.Errors+r.Mismatches)
+	}
+	require.Equal(t, want, got)
+	require.NotEmpty(t, res.Machine.CPUModel)
+	require.Equal(t, versionString(), res.Machine.SoapgwVersion)
+
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "### loopback / stress / 1 client")
+	require.Contains(t, string(md), "| soapgw/identity | ok | 20 |")
+	_, err = os.Stat(filepath.Join(out, "latency-loopback-c1.svg"))
+	require.NoError(t, err)
+	require.Contains(t, stdout, "report: ")
+	// stderr is not a terminal here: plain progress lines, no \r.
+	require.Contains(t, stderr, "bench: loopback stress c=1 direct: ok")
+	require.NotContains(t, stderr, "\r")
+}
+
+func TestBenchFailsWhenAConfigurationFails(t *testing.T) {
+	out := t.TempDir()
+	code, _, stderr := runCLI(t, "bench", "--smoke", "--profiles", "loopback", "--configs", "direct,soapgw/identity",
+		"--binary", filepath.Join(t.TempDir(), "no-such-soapgw"), "--out", out)
+	require.Equal(t, exitFailure, code, stderr)
+	require.Contains(t, stderr, "FAILED: soapgw/identity on loopback")
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	var res bench.Results
+	require.NoError(t, json.Unmarshal(b, &res))
+	require.Equal(t, bench.StatusOK, res.Runs[0].Status, "direct still ran")
+}
+
+func TestBenchUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--concurrency", "0"}, "--concurrency"},
+		{[]string{"bench", "--profiles", "moon"}, `unknown profile "moon"`},
+		{[]string{"bench", "--profiles", "loopback", "--scenarios", "stress,nope"}, `unknown scenario "nope"`},
+		{[]string{"bench", "--profiles", "loopback", "--configs", "soapgw/lz4"}, `unknown codec "lz4"`},
+		{[]string{"bench", "--calls", "-1"}, "--calls"},
+		{[]string{"bench", "extra"}, "accepts 0 arg"},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want)
+	}
+}
+
+func TestBenchList(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "bench", "--list")
+	require.Equal(t, exitOK, code, stderr)
+	for _, want := range []string{"loopback", "stress", "northwind", "fixml-10", "nginx-pair", "soapgw/token"} {
+		require.Contains(t, stdout, want)
+	}
+	var buf bytes.Buffer
+	require.NoError(t, listBench(&buf))
+	require.Equal(t, stdout, buf.String())
+	require.False(t, strings.Contains(stdout, "\r"))
+}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Env is what a configuration gets to start its middle boxes.
+type Env struct {
+	Client, Server Site
+	// Upstream is the replay server (in the server site).
+	Upstream netip.AddrPort
+	// Dir is a fresh directory for this configuration's files (configs, logs, temp).
+	Dir string
+	// Binary is the soapgw executable; BinaryEnv extra environment for it.
+	Binary    string
+	BinaryEnv []string
+	// Profile is the link's profile (timeouts may scale with it).
+	Profile Profile
+}
+
+// Started is a running configuration.
+type Started struct {
+	// Target is where the client sends its calls (in the client site).
+	Target Target
+	// Procs are the middle-box processes, measured per run and stopped at the end.
+	Procs []*Proc
+	// Notes describe the configuration as started (versions, options).
+	Notes []string
+	// Endpoints are the middle boxes' listening addresses by role, for diagnostics.
+	Endpoints map[string]string
+}
+
+// Stop stops every process.
+func (s *Started) Stop() {
+	for i := len(s.Procs) - 1; i >= 0; i-- {
+		s.Procs[i].Stop(5 * time.Second)
+	}
+}
+
+// Config is one way to connect the client to the server.
+type Config interface {
+	Name() string
+	// Describe is a one-line description for the report.
+	Describe() string
+	// Start starts the middle boxes. An error wrapping ErrSkipped means the
+	// configuration cannot run here (a missing program, a codec not implemented yet).
+	Start(ctx context.Context, env *Env) (*Started, error)
+}
+
+// ErrSkipped marks a configuration that cannot run on this machine or build.
+var ErrSkipped = errors.New("skipped")
+
+// skipf returns an error wrapping ErrSkipped.
+func skipf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrSkipped, fmt.Sprintf(format, args...))
+}
+
+// SoapgwCodecs are the codecs a soapgw/<codec> configuration may name.
+var SoapgwCodecs = []string{"identity", "gzip", "zstd", "zstd-stream", "token", "auto"}
+
+// DefaultConfigs is the default --configs list.
+var DefaultConfigs = []string{"direct", "nginx-pair", "soapgw/identity", "soapgw/gzip", "soapgw/zstd", "soapgw/token", "soapgw/auto"}
+
+// ConfigByName builds a configuration from its name.
+func ConfigByName(name string) (Config, error) {
+	switch {
+	case name == "direct":
+		return directConfig{}, nil
+	case name == "nginx-pair":
+		return nginxPair{}, nil
+	case strings.HasPrefix(name, "soapgw/"):
+		c := strings.TrimPrefix(name, "soapgw/")
+		for _, k := range SoapgwCodecs {
+			if k == c {
+				return soapgwPair{codec: c}, nil
+			}
+		}
+		return nil, fmt.Errorf("configuration %q: unknown codec %q (known: %s)", name, c, strings.Join(SoapgwCodecs, ", "))
+	}
+	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
+}
+
+// directConfig: the client calls the server across the link, HTTP/1.0, a connection
+// per call: what legacy clients do today.
+type directConfig struct{}
+
+func (directConfig) Name() string { return "direct" }
+func (directConfig) Describe() string {
+	return "client → server across the link; HTTP/1.0, a TCP connection per call"
+}
+func (directConfig) Start(_ context.Context, env *Env) (*Started, error) {
+	return &Started{Target: Target{Site: env.Client, Addr: env.Upstream.String(), Host: env.Upstream.String()}}, nil
+}
+
+// waitListening dials addr from site until it accepts or within passes, failing early
+// if a process exits.
+func waitListening(ctx context.Context, site Site, addr string, within time.Duration, procs ...*Proc) error {
+	deadline := time.Now().Add(within)
+	for {
+		for _, p := range procs {
+			if done, err := p.Exited(); done {
+				return fmt.Errorf("%s exited during start-up (%v): %s", p.Name, err, p.LogTail(800))
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		c, err := site.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s not listening after %s: %v", addr, within, err)
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// hostPort joins an address and a port.
+func hostPort(a netip.Addr, port int) string { return net.JoinHostPort(a.String(), fmt.Sprint(port)) }

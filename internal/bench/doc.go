@@ -1,0 +1,31 @@
+// Package bench is the benchmark suite behind `soapgw bench` (issue #4): it measures
+// what an unmodified legacy SOAP client sees through each way of connecting it to its
+// server, over emulated links, with the papers' traffic.
+//
+// A run is the product profiles × configurations × scenarios × concurrency:
+//
+//   - Profiles are links: "loopback" (no emulator, 127.0.0.1) and the profiles of
+//     internal/linkemu (lan, wlan, routed-wlan, wifi-27, 3g, gprs, or a user's YAML
+//     file), each two network namespaces, the client site and the server site, joined
+//     by a shaping forwarder that counts every IP packet. Site and Link hide which one
+//     is in use; linkemu.go is the only file that knows the emulator.
+//   - Configurations (Config) start the middle boxes, given both sites and the
+//     server's address, and return where the client calls: direct (nothing in between),
+//     nginx-pair (Debian's nginx on both sides with keep-alive and gzip; templates in
+//     nginx/*.conf.tmpl) and soapgw/<codec> (the soapgw binary as edge and origin). A
+//     configuration that cannot run here returns an error wrapping ErrSkipped.
+//   - Scenarios come from testdata/gen: deploy and stress (seed 000), weather-simple and
+//     weather-detailed (seed 004), fixml-1/5/10 (seed 001, gen's fixml messages filtered
+//     by entry count), northwind (seed 002) and charging (seed 003).
+//   - The client (CallOnce) is a legacy HTTP/1.0 stack: a TCP connection per call, the
+//     whole request in one write, the response read to its end and compared byte for
+//     byte with the generated response. The ReplayServer, in the server site, finds the
+//     exchange by the X-Bench-Call header, checks the request byte for byte and answers
+//     the generated response. Any difference makes the run FAILED.
+//
+// Per run it records latency percentiles (nearest rank), total time, calls/s, the IP
+// bytes and packets per exchange split pure TCP / TCP data / UDP (counters reset after a
+// warm-up, so tunnel and keep-alive set-up are excluded), and each middle box's CPU time
+// and peak RSS (/proc, process tree, VmHWM reset per run). WriteResults writes
+// results.json, report.md and hand-drawn SVG charts.
+package bench

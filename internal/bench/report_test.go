@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func sampleResults() *Results {
+	wlan := Profile{Name: "wlan", Description: "802.11b <ad hoc> & co", Up: Shape{Delay: 1250 * time.Microsecond, Loss: 0.005}, Down: Shape{Delay: 1250 * time.Microsecond}}
+	r := &Results{
+		Machine:     Machine{CPUModel: "Test CPU", Cores: 2, Kernel: "6.1", GoVersion: "go1.26", SoapgwVersion: "dev"},
+		CommandLine: "soapgw bench --profiles wlan",
+		Started:     time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Profiles:    []Profile{{Name: LoopbackProfile}, wlan},
+		Notes:       []string{"a note"},
+	}
+	for _, s := range []string{"stress", "northwind"} {
+		spec, _ := ScenarioByName(s)
+		r.Scenarios = append(r.Scenarios, spec)
+	}
+	mk := func(profile, scen string, c int, cfg string, p50 float64, bytes float64) RunResult {
+		x := RunResult{Profile: profile, Scenario: scen, Concurrency: c, Config: cfg, Status: StatusOK, Planned: 10, Started: 10, OK: 10,
+			Latency: Latency{N: 10, Min: p50 / 2, Mean: p50, P50: p50, P90: p50 * 1.5, P99: p50 * 3, Max: p50 * 4}, TotalMS: p50 * 10, CallsPerSec: 1000 / p50,
+			RequestBytes: 652, ResponseBytes: 464}
+		if profile != LoopbackProfile {
+			x.PerExchange = &PerExchange{PureTCPBytes: bytes * 0.2, TCPDataBytes: bytes * 0.8, TotalBytes: bytes, Packets: 10}
+			x.Link = &LinkStats{}
+		}
+		if cfg != "direct" {
+			x.Procs = []ProcResult{{Name: "edge", CPUS: 0.01, PeakRSS: 20 << 20, PeakInRun: true}}
+		}
+		return x
+	}
+	for _, p := range []string{LoopbackProfile, "wlan"} {
+		for _, s := range []string{"stress", "northwind"} {
+			for _, c := range []int{1, 16} {
+				r.Runs = append(r.Runs, mk(p, s, c, "direct", 5, 2100), mk(p, s, c, "soapgw/identity", 2.5, 1600))
+				skip := RunResult{Profile: p, Scenario: s, Concurrency: c, Config: "soapgw/token", Status: StatusSkipped, Reason: "codec \"token\" | not implemented"}
+				r.Runs = append(r.Runs, skip)
+			}
+		}
+		r.Configs = append(r.Configs,
+			ConfigInfo{Name: "direct", Profile: p, Status: StatusOK},
+			ConfigInfo{Name: "soapgw/identity", Profile: p, Status: StatusOK, Notes: []string{"soapgw dev"}},
+			ConfigInfo{Name: "soapgw/token", Profile: p, Status: StatusSkipped, Reason: "codec \"token\" | not implemented"})
+	}
+	r.Runs[0].Status, r.Runs[0].Mismatches, r.Runs[0].Reason = StatusFailed, 1, "1 errors, 1 mismatches of 10 calls"
+	return r
+}
+
+// wellFormed parses an SVG completely and returns its root element's name.
+func wellFormed(t *testing.T, svg []byte) string {
+	t.Helper()
+	d := xml.NewDecoder(strings.NewReader(string(svg)))
+	root := ""
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Space + " " + se.Name.Local
+		}
+	}
+	return root
+}
+
+func TestWriteResults(t *testing.T) {
+	dir := t.TempDir()
+	r := sampleResults()
+	files, err := WriteResults(dir, r)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"results.json", "report.md",
+		"latency-loopback-c1.svg", "latency-loopback-c16.svg", "latency-wlan-c1.svg", "latency-wlan-c16.svg", "bytes-wlan.svg"}, files)
+
+	back, err := ReadResults(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Equal(t, r.Runs, back.Runs)
+	require.Equal(t, r.Machine, back.Machine)
+
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	s := string(md)
+	for _, want := range []string{
+		"# soapgw benchmark",
+		"## FAILED",
+		"loopback stress c=1 direct: 1 errors, 1 mismatches",
+		"### wlan / stress / 1 client (sequential",
+		"### wlan / northwind / 16 concurrent clients",
+		"### loopback / stress / 1 client",
+		"| configuration | status | calls | p50 ms |",
+		"| soapgw/identity | ok | 10 | 2.50 | 3.75 | 7.50 | 10.0 |",
+		"| 320 | 1280 | 0 | 1600 | 10.0 | 76% | 0.50x | 1.000 | 20.0 |", // wlan: bytes vs direct, CPU ms/call, RSS
+		"| n/a | n/a | n/a | n/a | n/a |",                               // loopback has no packet counts
+		`codec "token" \| not implemented`,                              // pipes escaped in cells
+		"![wlan: IP bytes on the link per exchange",
+		"(bytes-wlan.svg)",
+		"| stress | FAILED | 2.50 | skipped |", // overview, loopback c=1
+		"| stress | 5.00 (2100) | 2.50 (1600) | skipped |",
+		"## Summary across profiles",
+		"### northwind, 16 concurrent clients (HTTP/1.0, connection per call): p50 ms (IP bytes per exchange)",
+		"| wlan | 5.00 (2100) | 2.50 (1600) | skipped |",
+	} {
+		require.Contains(t, s, want)
+	}
+	// Every table row has as many cells as its header.
+	var cols int
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			cols = 0
+			continue
+		}
+		n := strings.Count(strings.ReplaceAll(line, `\|`, ""), "|")
+		if cols == 0 {
+			cols = n
+		}
+		require.Equal(t, cols, n, "row %q", line)
+	}
+
+	for _, f := range files {
+		if !strings.HasSuffix(f, ".svg") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		require.Equal(t, "http://www.w3.org/2000/svg svg", wellFormed(t, b), f)
+		require.Contains(t, string(b), "<title>")
+		require.Contains(t, string(b), "stress")
+	}
+	lat, _ := os.ReadFile(filepath.Join(dir, "latency-wlan-c1.svg"))
+	require.Contains(t, string(lat), "p50 2.50, p99 7.50 ms")
+	require.Contains(t, string(lat), "skipped")
+	by, _ := os.ReadFile(filepath.Join(dir, "bytes-wlan.svg"))
+	require.Contains(t, string(by), "1600 B, 10.0 packets")
+	require.Contains(t, string(by), "pure TCP (SYN/FIN/ACK)")
+}
+
+func TestSVGEscapesText(t *testing.T) {
+	svg := drawPanels(`a <b> & "c"`, []panel{{title: "x<y", unit: "ms", bars: []bar{{label: "p&q", segments: []float64{1}, whisker: 2, text: "<1>"}}}}, []string{"p&q"}, nil)
+	wellFormed(t, svg)
+	require.Contains(t, string(svg), "a &lt;b&gt; &amp;")
+}
+
+func TestNiceCeil(t *testing.T) {
+	for in, want := range map[float64]float64{0.7: 1, 1: 1, 1.01: 2, 2.4: 5, 7: 10, 1234: 2000, 0: 1, 0.003: 0.005} {
+		require.InDelta(t, want, niceCeil(in), want*1e-9, "niceCeil(%v)", in)
+	}
+}

@@ -1,0 +1,80 @@
+package bench
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestScenariosLoadDeterministically(t *testing.T) {
+	for _, spec := range Scenarios() {
+		t.Run(spec.Name, func(t *testing.T) {
+			n := 12
+			if spec.Name == "northwind" {
+				n = 2
+			}
+			a, err := LoadScenario(spec.Name, n, 1)
+			require.NoError(t, err)
+			require.Len(t, a.Calls, n)
+			b, err := LoadScenario(spec.Name, n, 1)
+			require.NoError(t, err)
+			for i := range a.Calls {
+				require.Equal(t, a.Calls[i], b.Calls[i], "call %d differs between two loads", i)
+				require.NotEmpty(t, a.Calls[i].Request)
+				require.NotEmpty(t, a.Calls[i].Response)
+			}
+			if spec.Entries > 0 {
+				for i, c := range a.Calls {
+					require.Equal(t, spec.Entries, FixmlEntries(c.Request), "call %d", i)
+				}
+			}
+			// A shorter load is a prefix of a longer one: runs of different lengths
+			// share the replay server's calls.
+			short, err := LoadScenario(spec.Name, n/2, 1)
+			require.NoError(t, err)
+			require.Equal(t, a.Calls[:n/2], short.Calls)
+		})
+	}
+}
+
+func TestScenarioSizesMatchThePapers(t *testing.T) {
+	for name, want := range map[string][2]int{"stress": {652, 464}, "deploy": {655, 296}} {
+		s, err := LoadScenario(name, 5, 7)
+		require.NoError(t, err)
+		for _, c := range s.Calls {
+			require.Len(t, c.Request, want[0], name)
+			require.Len(t, c.Response, want[1], name)
+		}
+	}
+	s, err := LoadScenario("northwind", 3, 1)
+	require.NoError(t, err)
+	for _, c := range s.Calls {
+		require.Greater(t, len(c.Response), 100_000)
+	}
+}
+
+func TestScenarioErrors(t *testing.T) {
+	_, err := LoadScenario("nope", 1, 1)
+	require.ErrorContains(t, err, `unknown scenario "nope"`)
+	_, err = LoadScenario("stress", 0, 1)
+	require.Error(t, err)
+}
+
+func TestRequestHeaders(t *testing.T) {
+	s, err := LoadScenario("charging", 40, 1)
+	require.NoError(t, err)
+	soap12 := false
+	for i, c := range s.Calls {
+		h := s.requestHeaders("10.0.0.2:80", i)
+		req := appendRequest(nil, s.spec.Path, h, c.Request)
+		require.True(t, bytes.HasPrefix(req, []byte("POST /axis/servlet/rpcrouter HTTP/1.0\r\n")))
+		require.Contains(t, string(req), "\r\nX-Bench-Call: charging/")
+		require.True(t, bytes.HasSuffix(req, c.Request))
+		if bytes.Contains(c.Request, soap12NS) {
+			soap12 = true
+			require.Equal(t, "application/soap+xml; charset=utf-8", h[0][1])
+		}
+	}
+	require.True(t, soap12, "the charging mix has SOAP 1.2 alerts in its first 40 calls")
+}

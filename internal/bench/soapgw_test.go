@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+)
+
+func TestSoapgwConfigs(t *testing.T) {
+	p := SoapgwParams{Codec: "zstd", EdgeListen: "10.0.0.1:1", EdgeAdmin: "10.0.0.1:2", TunnelListen: "10.0.0.2:3",
+		OriginAdmin: "10.0.0.2:4", Upstream: "10.0.0.2:5", OriginCodec: true}
+	edge, origin, err := SoapgwConfigs(p)
+	require.NoError(t, err)
+	var e, o map[string]any
+	require.NoError(t, yaml.Unmarshal(edge, &e))
+	require.NoError(t, yaml.Unmarshal(origin, &o))
+	peer := e["edge"].(map[string]any)["peers"].([]any)[0].(map[string]any)
+	require.Equal(t, "10.0.0.2:3", peer["address"])
+	require.Equal(t, "zstd", peer["codec"])
+	require.Equal(t, 1, peer["connections"])
+	require.Equal(t, "10.0.0.1:1", e["edge"].(map[string]any)["listeners"].([]any)[0].(map[string]any)["listen"])
+	require.Equal(t, "10.0.0.1:2", e["admin"].(map[string]any)["listen"])
+	og := o["origin"].(map[string]any)
+	require.Equal(t, "zstd", og["codec"])
+	require.Equal(t, "10.0.0.2:3", og["listen"])
+	require.Equal(t, "http://10.0.0.2:5", og["upstreams"].([]any)[0].(map[string]any)["url"])
+
+	p.OriginCodec = false
+	_, origin, err = SoapgwConfigs(p)
+	require.NoError(t, err)
+	require.NotContains(t, string(origin), "codec")
+}
+
+func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
+	_, err := soapgwPair{codec: "identity"}.Start(context.Background(), &Env{})
+	require.ErrorIs(t, err, ErrSkipped)
+}
+
+func TestConfigByName(t *testing.T) {
+	for _, name := range append([]string{"direct", "nginx-pair"}, "soapgw/identity", "soapgw/zstd-stream", "soapgw/auto") {
+		c, err := ConfigByName(name)
+		require.NoError(t, err)
+		require.Equal(t, name, c.Name())
+		require.NotEmpty(t, c.Describe())
+	}
+	for _, name := range DefaultConfigs {
+		_, err := ConfigByName(name)
+		require.NoError(t, err)
+	}
+	_, err := ConfigByName("soapgw/")
+	require.Error(t, err)
+	_, err = ConfigByName("haproxy")
+	require.True(t, strings.Contains(err.Error(), "unknown configuration"))
+}
