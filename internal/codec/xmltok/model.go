@@ -1,0 +1,1004 @@
+package xmltok
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+const (
+	nSucc       = 4    // successors remembered per markup token
+	nMP         = 4096 // markup decision contexts (hashed by previous token)
+	nCtx        = 1024 // value contexts (hashed by the two previous tokens)
+	ringN       = 32   // recent distinct values per value context
+	maxLast     = 512  // longest value remembered as a context's last value
+	maxValEntry = 256  // longest value entered in the dictionary
+	proseMin    = 48   // shortest text value coded as words and numbers
+	pieceBits   = 10   // static piece ids are coded in this many bits
+)
+
+// vctx is the model of one value position: the values that follow a
+// given pair of markup tokens. It predicts the next value as the last
+// one (plus the last numeric step), and remembers recent distinct values.
+type vctx struct {
+	key   uint64
+	last  []byte
+	has   bool
+	sh    shape
+	delta int64
+	ring  [ringN]uint32
+	assoc []assocEnt // nAssoc entries once used
+
+	pHit, pAssoc, pNum, pRing, pSame, pRef, pProse, pUUID prob
+	base                                                  [4]prob
+	unit                                                  [4][8]prob // per delta base
+	idx                                                   [ringN]prob
+	d                                                     [4]numModel // per delta base
+	ln                                                    numModel
+}
+
+// assocEnt remembers the value a context had the last time the message's
+// key (its latest non-numeric value: a customer id, a symbol, a city)
+// was the same. A DataSet row's name, address and postal code then
+// follow from its customer id, and a price walks from the last price of
+// its symbol rather than of the previous row.
+type assocEnt struct {
+	key uint64
+	v   []byte
+	sh  shape
+}
+
+const (
+	nAssoc    = 64
+	maxAssoc  = 64
+	baseCtx   = 0 // delta from the context's last value
+	baseTime  = 1 // delta from the last time value seen anywhere
+	baseAssoc = 2 // delta from the associated value
+	baseZero  = 3 // the number itself, in the layout of the last value
+)
+
+type markProbs struct {
+	succ [nSucc]prob
+	ref  prob
+}
+
+type pieceModel struct {
+	flag [256]prob
+	lit  [256][256]prob
+}
+
+// model is the state both ends keep for one direction. Encoder and
+// Decoder each own one and run the same code on it.
+type model struct {
+	t    table
+	root entry // successors of the start of a message (id 0)
+	mp   [nMP]markProbs
+	ctx  [nCtx]*vctx
+
+	markPieces, valPieces pieceModel
+	pieceIdx              [1 << pieceBits]prob
+	endP                  [16]prob
+	markLen, markRef      numModel
+	valRef                numModel
+	pLen                  prob
+	lenNum                numModel
+	lastLen               int
+
+	gt   []byte // last time value seen, a second delta base
+	gtSh shape
+	gtOK bool
+
+	// per message
+	prev, prev2 uint32
+	sens        bool // inside a secret element
+	attrSens    bool // the value that follows is a secret attribute
+	lastRing    int
+	key         uint64 // hash of the latest non-numeric value, 0 = none
+	pred        []byte
+
+	h   uint64 // running digest of every model update
+	tmp []byte
+	err error // first decoding error
+}
+
+func newModel(o Options) *model {
+	if o.DictBytes <= 0 {
+		o.DictBytes = 1 << 20
+	}
+	m := &model{}
+	m.t.init(o.DictBytes)
+	m.h = 0x736f617067770001 ^ uint64(o.DictBytes)
+	return m
+}
+
+func mix(h, x uint64) uint64 {
+	h ^= x
+	h *= 0x9E3779B97F4A7C15
+	return bits.RotateLeft64(h, 29) ^ h>>32
+}
+
+func hashBytes(b []byte) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 0x100000001b3
+	}
+	return h
+}
+
+func (m *model) digest() uint64 {
+	h := mix(m.h, uint64(m.t.next))
+	h = mix(h, uint64(m.t.head))
+	h = mix(h, uint64(m.t.size))
+	return mix(h, uint64(m.lastLen))
+}
+
+func (m *model) fail(format string, args ...any) {
+	if m.err == nil {
+		m.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+	}
+}
+
+func (m *model) begin() {
+	m.prev, m.prev2 = 0, 0
+	m.sens, m.attrSens = false, false
+	m.lastRing = -1
+	m.key = 0
+}
+
+func (m *model) entry(id uint32) *entry {
+	if !m.t.alive(id) {
+		return &m.root
+	}
+	return m.t.get(id)
+}
+
+// ---- message -----------------------------------------------------------
+
+func (m *model) encode(c *coder, msg []byte) {
+	m.begin()
+	m.codeLen(c, len(msg))
+	st := uint8(stText)
+	for pos := 0; pos < len(msg); {
+		if isValue(st) {
+			end := scanValue(msg, pos, st)
+			m.encValue(c, msg[pos:end], st)
+			pos, st = end, afterValue(st)
+			continue
+		}
+		n, next := m.encMark(c, msg, pos, st)
+		pos, st = pos+n, next
+	}
+	m.h = mix(m.h, 0xE0)
+}
+
+func (m *model) codeLen(c *coder, n int) int {
+	same := c.bit(&m.pLen, b2u(n == m.lastLen))
+	if same == 0 {
+		d := c.num(&m.lenNum, zigzag(int64(n)-int64(m.lastLen)))
+		n = int(int64(m.lastLen) + unzigzag(d))
+	} else {
+		n = m.lastLen
+	}
+	m.lastLen = n
+	return n
+}
+
+func (m *model) decode(c *coder, dst []byte, max int) ([]byte, error) {
+	m.begin()
+	m.err = nil
+	n := m.codeLen(c, 0)
+	if n < 0 || n > max {
+		if n > max {
+			return dst, fmt.Errorf("%w: message claims %d bytes, limit %d", ErrTooLarge, n, max)
+		}
+		return dst, fmt.Errorf("%w: negative message length", ErrCorrupt)
+	}
+	base := len(dst)
+	limit := base + n
+	st := uint8(stText)
+	empties := 0
+	for len(dst) < limit {
+		before := len(dst)
+		if isValue(st) {
+			dst = m.decValue(c, dst, limit, st)
+			st = afterValue(st)
+		} else {
+			dst, st = m.decMark(c, dst, limit, st)
+		}
+		if m.err != nil {
+			return dst, m.err
+		}
+		if len(dst) == before {
+			if empties++; empties > 2 {
+				return dst, fmt.Errorf("%w: no progress", ErrCorrupt)
+			}
+		} else {
+			empties = 0
+		}
+		if c.overrun > maxOverrun {
+			return dst, fmt.Errorf("%w: truncated payload", ErrCorrupt)
+		}
+	}
+	if len(c.rawIn) != 0 {
+		return dst, fmt.Errorf("%w: %d unused bytes in the raw section", ErrCorrupt, len(c.rawIn))
+	}
+	if c.overrun > maxOverrun || c.pos != len(c.in) {
+		return dst, fmt.Errorf("%w: payload length mismatch (%d of %d bytes used)", ErrCorrupt, c.pos, len(c.in))
+	}
+	m.h = mix(m.h, 0xE0)
+	return dst, nil
+}
+
+// grow makes room for n more bytes without ever letting the capacity
+// pass limit (the declared message end), so hostile payloads cannot make
+// the decoder allocate more than the message it claims.
+func grow(dst []byte, n, limit int) []byte {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	c := max(2*cap(dst), len(dst)+n, 512)
+	c = min(c, limit)
+	out := make([]byte, len(dst), c)
+	copy(out, dst)
+	return out
+}
+
+// ---- markup ------------------------------------------------------------
+
+func (m *model) mprobs(id uint32) *markProbs {
+	return &m.mp[(id*0x9E3779B1)>>(32-12)&(nMP-1)]
+}
+
+// useMark makes id the current markup token: it becomes the first
+// successor of the previous one and the context of what follows.
+func (m *model) useMark(id uint32, k int) {
+	p := m.entry(m.prev)
+	if k < 0 {
+		k = nSucc - 1
+	}
+	copy(p.succ[1:k+1], p.succ[:k])
+	p.succ[0] = id
+	e := m.entry(id)
+	switch e.sens {
+	case sensSet:
+		m.sens = true
+	case sensClear:
+		m.sens = false
+	}
+	m.attrSens = e.attrSens
+	m.prev2, m.prev = m.prev, id
+	m.h = mix(m.h, uint64(id))
+}
+
+func (m *model) encMark(c *coder, b []byte, pos int, st uint8) (int, uint8) {
+	p := m.entry(m.prev)
+	mp := m.mprobs(m.prev)
+	rest := b[pos:]
+	for k := range nSucc {
+		id := p.succ[k]
+		if !m.t.alive(id) {
+			continue
+		}
+		e := m.t.get(id)
+		hit := e.start == st && len(rest) >= len(e.s) && string(rest[:len(e.s)]) == e.s && validEnd(b, pos+len(e.s), e.end)
+		if c.bit(&mp.succ[k], b2u(hit)) == 1 {
+			m.useMark(id, k)
+			return len(e.s), e.end
+		}
+	}
+	end, next := scanMarkup(b, pos, st)
+	tok := b[pos:end]
+	// A reference must name an entry that ends in the state the scan
+	// ended in: the decoder takes the state from the entry, and the same
+	// bytes can end in different states (a token at the end of a message,
+	// a word cut at maxWord). Otherwise the token goes literal and the new
+	// entry takes over the bytes.
+	if id, ok := m.t.mark[st][string(tok)]; ok && m.t.get(id).end == next {
+		c.bit(&mp.ref, 1)
+		c.num(&m.markRef, uint64(m.t.next-1-id))
+		m.useMark(id, -1)
+		return len(tok), next
+	}
+	c.bit(&mp.ref, 0)
+	c.num(&m.markLen, uint64(len(tok)))
+	m.codePieces(c, &m.markPieces, tok, len(tok))
+	c.tree(m.endP[:], 4, uint32(next))
+	m.newMark(tok, st, next)
+	return len(tok), next
+}
+
+// newMark enters a literal markup token. Tokens too long for the
+// dictionary still set the secret flags, through a throwaway entry.
+func (m *model) newMark(tok []byte, st, next uint8) {
+	m.h = mix(m.h, hashBytes(tok)^uint64(next)<<56)
+	id := m.t.insert(kMark, st, next, tok)
+	if id != 0 {
+		m.useMark(id, -1)
+		return
+	}
+	sens, attrSens := analyze(tok, st, next)
+	switch sens {
+	case sensSet:
+		m.sens = true
+	case sensClear:
+		m.sens = false
+	}
+	m.attrSens = attrSens
+	m.prev2, m.prev = m.prev, 0
+}
+
+func (m *model) decMark(c *coder, dst []byte, limit int, st uint8) ([]byte, uint8) {
+	p := m.entry(m.prev)
+	mp := m.mprobs(m.prev)
+	for k := range nSucc {
+		id := p.succ[k]
+		if !m.t.alive(id) {
+			continue
+		}
+		if c.bit(&mp.succ[k], 0) == 1 {
+			e := m.t.get(id)
+			if len(e.s) > limit-len(dst) {
+				m.fail("markup token overruns the message")
+				return dst, st
+			}
+			dst = grow(dst, len(e.s), limit)
+			dst = append(dst, e.s...)
+			m.useMark(id, k)
+			return dst, e.end
+		}
+	}
+	if c.bit(&mp.ref, 0) == 1 {
+		d := c.num(&m.markRef, 0)
+		if d >= uint64(m.t.next-1) {
+			m.fail("markup index %d out of range", d)
+			return dst, st
+		}
+		id := m.t.next - 1 - uint32(d)
+		if !m.t.alive(id) {
+			m.fail("markup reference to evicted entry %d", id)
+			return dst, st
+		}
+		e := m.t.get(id)
+		if e.kind != kMark {
+			m.fail("markup reference to a value entry %d", id)
+			return dst, st
+		}
+		if len(e.s) > limit-len(dst) {
+			m.fail("markup token overruns the message")
+			return dst, st
+		}
+		dst = grow(dst, len(e.s), limit)
+		dst = append(dst, e.s...)
+		m.useMark(id, -1)
+		return dst, e.end
+	}
+	n := c.num(&m.markLen, 0)
+	if n > uint64(limit-len(dst)) {
+		m.fail("markup literal of %d bytes overruns the message", n)
+		return dst, st
+	}
+	start := len(dst)
+	dst = m.decPieces(c, &m.markPieces, dst, int(n), limit)
+	if m.err != nil {
+		return dst, st
+	}
+	next := uint8(c.tree(m.endP[:], 4, 0))
+	if next >= nStates {
+		m.fail("bad scanner state %d", next)
+		return dst, st
+	}
+	m.newMark(dst[start:], st, next)
+	return dst, next
+}
+
+// codePieces codes n bytes as a run of literal bytes (order-1 model) and
+// static-table strings. s is the input when encoding.
+func (m *model) codePieces(c *coder, pm *pieceModel, s []byte, n int) {
+	prev := byte(0)
+	for i := 0; i < n; {
+		if id, l := staticMatch(s[i:]); l > 0 {
+			c.bit(&pm.flag[prev], 1)
+			c.tree(m.pieceIdx[:], pieceBits, id)
+			i += l
+			prev = s[i-1]
+			continue
+		}
+		c.bit(&pm.flag[prev], 0)
+		c.byte1(&pm.lit[prev], s[i])
+		prev = s[i]
+		i++
+	}
+}
+
+func (m *model) decPieces(c *coder, pm *pieceModel, dst []byte, n, limit int) []byte {
+	dst = grow(dst, n, limit)
+	prev := byte(0)
+	for end := len(dst) + n; len(dst) < end; {
+		if c.bit(&pm.flag[prev], 0) == 1 {
+			id := c.tree(m.pieceIdx[:], pieceBits, 0)
+			if id == 0 || id >= firstDyn {
+				m.fail("static index %d out of range", id)
+				return dst
+			}
+			s := staticTable[id-1]
+			if len(s) > end-len(dst) {
+				m.fail("static piece overruns its string")
+				return dst
+			}
+			dst = append(dst, s...)
+			prev = s[len(s)-1]
+			continue
+		}
+		prev = c.byte1(&pm.lit[prev], 0)
+		dst = append(dst, prev)
+	}
+	return dst
+}
+
+// ---- values ------------------------------------------------------------
+
+func (m *model) isSecret(st uint8) bool {
+	switch st {
+	case stValText, stValCDATA:
+		return m.sens
+	case stValDQ, stValSQ:
+		return m.attrSens
+	}
+	return false
+}
+
+// vctx returns the context of the value that follows the current pair
+// of markup tokens. Contexts live in a fixed hashed array: a collision
+// resets the slot, identically on both ends, so memory stays bounded
+// without any eviction protocol.
+func (m *model) vctx() *vctx {
+	key := uint64(m.prev2)<<32 | uint64(m.prev)
+	slot := (key * 0x9E3779B97F4A7C15) >> (64 - 10) & (nCtx - 1)
+	x := m.ctx[slot]
+	if x == nil {
+		x = &vctx{key: key}
+		m.ctx[slot] = x
+		return x
+	}
+	if x.key != key {
+		*x = vctx{key: key, last: x.last[:0]}
+	}
+	return x
+}
+
+// predict appends the predicted value of x.
+func (m *model) predict(dst []byte, x *vctx) []byte {
+	if x.delta != 0 && x.sh.kind != shNone {
+		return recon(dst, x.last, x.sh, x.sh.v+x.delta)
+	}
+	return append(dst, x.last...)
+}
+
+func (m *model) ringAlive(x *vctx) bool {
+	for _, id := range x.ring {
+		if m.t.alive(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// setLast makes v the last value of x and updates the step prediction.
+func (m *model) setLast(x *vctx, v []byte, sh shape) {
+	if x.has && sh.kind != shNone && sh.kind == x.sh.kind {
+		x.delta = sh.v - x.sh.v
+	} else {
+		x.delta = 0
+	}
+	if len(v) <= maxLast {
+		x.last = append(x.last[:0], v...)
+		x.sh = sh
+		x.has = true
+	} else {
+		x.has, x.sh, x.delta = false, shape{}, 0
+	}
+	if isTimeKind(sh.kind) {
+		m.gt = append(m.gt[:0], v...)
+		m.gtSh = sh
+		m.gtOK = true
+	}
+	if m.key != 0 && len(v) <= maxAssoc {
+		if x.assoc == nil {
+			x.assoc = make([]assocEnt, nAssoc)
+		}
+		// Two-way sets, most recent first.
+		set := x.assoc[m.key%(nAssoc/2)*2:][:2]
+		if set[0].key != m.key {
+			// Either the key is in the second way, or the second way is
+			// the least recent and gets overwritten: one swap does both.
+			set[0], set[1] = set[1], set[0]
+		}
+		a := &set[0]
+		a.key, a.v, a.sh = m.key, append(a.v[:0], v...), sh
+	}
+	if sh.kind == shNone {
+		m.key = hashBytes(v) | 1
+	}
+}
+
+// assocFor returns the associated value for the current key, or nil.
+func (m *model) assocFor(x *vctx) *assocEnt {
+	if m.key == 0 || x.assoc == nil {
+		return nil
+	}
+	set := x.assoc[m.key%(nAssoc/2)*2:][:2]
+	for i := range set {
+		if set[i].key == m.key {
+			return &set[i]
+		}
+	}
+	return nil
+}
+
+// bases returns the delta bases available in x, identically on both
+// ends: their layouts and bytes, indexed by baseCtx/baseTime/baseAssoc.
+func (m *model) bases(x *vctx, a *assocEnt) (sh [4]shape, b [4][]byte, n int) {
+	if x.has && x.sh.kind != shNone {
+		sh[baseCtx], b[baseCtx] = x.sh, x.last
+		sh[baseZero], b[baseZero] = x.sh, x.last
+		sh[baseZero].v = 0
+		n += 2
+	}
+	if m.gtOK {
+		sh[baseTime], b[baseTime] = m.gtSh, m.gt
+		n++
+	}
+	if a != nil && a.sh.kind != shNone {
+		sh[baseAssoc], b[baseAssoc] = a.sh, a.v
+		n++
+	}
+	return sh, b, n
+}
+
+func (m *model) ringUse(x *vctx, k int) {
+	id := x.ring[k]
+	copy(x.ring[1:k+1], x.ring[:k])
+	x.ring[0] = id
+	m.lastRing = k
+}
+
+func (m *model) ringPush(x *vctx, id uint32) {
+	copy(x.ring[1:], x.ring[:ringN-1])
+	x.ring[0] = id
+	m.lastRing = 0
+}
+
+func (m *model) codeRingIdx(c *coder, x *vctx, k int) int {
+	if m.lastRing >= 0 {
+		if c.bit(&x.pSame, b2u(k == m.lastRing)) == 1 {
+			return m.lastRing
+		}
+	}
+	return int(c.tree(x.idx[:], 5, uint32(k)))
+}
+
+// codeDelta codes d, a step between two values of shape bs, in the
+// largest unit that divides it.
+func (m *model) codeDelta(c *coder, x *vctx, b int, bs shape, d int64, u int) int64 {
+	us := units(bs)
+	u = int(c.tree(x.unit[b][:], 3, uint32(u)))
+	if u >= len(us) {
+		m.fail("bad delta unit %d", u)
+		return 0
+	}
+	q := c.num(&x.d[b], zigzag(d/us[u]))
+	return unzigzag(q) * us[u]
+}
+
+// evalBases finds, for each delta base that can rebuild v, the unit to
+// code its delta in and the estimated cost; unit -1 marks a base that
+// cannot. Only the largest unit dividing the delta is tried (all of them
+// for a zero delta): it gives the shortest number almost always.
+func (m *model) evalBases(x *vctx, bsh *[4]shape, bb *[4][]byte, sh shape, v []byte) (unit [4]int8, cost [4]int) {
+	okCtx := -1
+	for b := range bsh {
+		unit[b] = -1
+		bs := bsh[b]
+		if bs.kind == shNone || bs.kind != sh.kind {
+			continue
+		}
+		if b == baseZero && okCtx >= 0 {
+			// Same layout as the context base: same rebuild.
+			if okCtx == 0 {
+				continue
+			}
+		} else if !m.reconEq(bb[b], bs, sh.v, v) {
+			if b == baseCtx {
+				okCtx = 0
+			}
+			continue
+		} else if b == baseCtx {
+			okCtx = 1
+		}
+		d := sh.v - bs.v
+		us := units(bs)
+		best, bestCost := 0, 1<<30
+		for u := len(us) - 1; u >= 0; u-- {
+			if d%us[u] != 0 {
+				continue
+			}
+			if c := costTree(x.unit[b][:], 3, uint32(u)) + costNum(&x.d[b], zigzag(d/us[u])); c < bestCost {
+				best, bestCost = u, c
+			}
+			if d != 0 {
+				break
+			}
+		}
+		unit[b], cost[b] = int8(best), bestCost
+	}
+	return unit, cost
+}
+
+// trainBases teaches the delta models of the bases not used for v.
+func (m *model) trainBases(x *vctx, used int, bsh *[4]shape, unit *[4]int8, sh shape) {
+	for b := range bsh {
+		if b == used || unit[b] < 0 {
+			continue
+		}
+		u := int(unit[b])
+		trainTree(x.unit[b][:], 3, uint32(u))
+		trainNum(&x.d[b], zigzag((sh.v-bsh[b].v)/units(bsh[b])[u]))
+	}
+}
+
+func absDiff(a, b int64) uint64 {
+	if a > b {
+		return uint64(a) - uint64(b)
+	}
+	return uint64(b) - uint64(a)
+}
+
+func (m *model) reconEq(base []byte, bs shape, v int64, want []byte) bool {
+	m.tmp = recon(m.tmp[:0], base, bs, v)
+	return string(m.tmp) == string(want)
+}
+
+func (m *model) encValue(c *coder, v []byte, st uint8) {
+	if m.isSecret(st) {
+		// Never indexed: the length goes as direct bits, which leave no
+		// trace in any model, the bytes verbatim in the raw section, and
+		// no context, dictionary or digest sees them.
+		c.numDirect(uint64(len(v)))
+		c.rawBytes(v, len(v))
+		return
+	}
+	x := m.vctx()
+	sh := parseShape(v)
+	// The associated value goes first: where a key determines the value
+	// it is right almost always, where it does not its miss costs little.
+	a := m.assocFor(x)
+	if a != nil {
+		if c.bit(&x.pAssoc, b2u(string(a.v) == string(v))) == 1 {
+			m.h = mix(m.h, 6)
+			m.setLast(x, v, sh)
+			return
+		}
+	}
+	if x.has {
+		m.pred = m.predict(m.pred[:0], x)
+		if a == nil || string(a.v) != string(m.pred) {
+			if c.bit(&x.pHit, b2u(string(m.pred) == string(v))) == 1 {
+				m.h = mix(m.h, 1)
+				m.setLast(x, v, sh)
+				return
+			}
+		}
+	}
+	if bsh, bb, nb := m.bases(x, a); nb > 0 {
+		best, bestU, bestCost := -1, 0, 1<<30
+		var unit [4]int8
+		if sh.kind != shNone {
+			var cost [4]int
+			unit, cost = m.evalBases(x, &bsh, &bb, sh, v)
+			for b := range bsh {
+				if unit[b] < 0 {
+					continue
+				}
+				if nb > 1 {
+					cost[b] += costTree(x.base[:], 2, uint32(b))
+				}
+				if cost[b] < bestCost {
+					best, bestU, bestCost = b, int(unit[b]), cost[b]
+				}
+			}
+		}
+		if c.bit(&x.pNum, b2u(best >= 0)) == 1 {
+			if nb > 1 {
+				c.tree(x.base[:], 2, uint32(best))
+			}
+			d := m.codeDelta(c, x, best, bsh[best], sh.v-bsh[best].v, bestU)
+			m.h = mix(m.h, 2^zigzag(d)<<8)
+			m.trainBases(x, best, &bsh, &unit, sh)
+			m.setLast(x, v, sh)
+			return
+		}
+	}
+	if m.ringAlive(x) {
+		k := -1
+		for i, id := range x.ring {
+			if m.t.alive(id) && m.t.get(id).s == string(v) {
+				k = i
+				break
+			}
+		}
+		if c.bit(&x.pRing, b2u(k >= 0)) == 1 {
+			m.codeRingIdx(c, x, k)
+			m.h = mix(m.h, 3^uint64(k)<<8)
+			m.ringUse(x, k)
+			m.setLast(x, v, sh)
+			return
+		}
+	}
+	if id := m.t.lookupVal(v); id != 0 {
+		c.bit(&x.pRef, 1)
+		c.num(&m.valRef, uint64(m.t.next-1-id))
+		m.h = mix(m.h, 4^uint64(id)<<8)
+		m.ringPush(x, id)
+		m.setLast(x, v, sh)
+		return
+	}
+	c.bit(&x.pRef, 0)
+	m.encLiteral(c, x, v)
+	m.h = mix(m.h, 5^hashBytes(v))
+	m.afterLiteral(x, v, sh)
+}
+
+func (m *model) afterLiteral(x *vctx, v []byte, sh shape) {
+	if _, _, uuid := isUUID(v); !uuid && len(v) <= maxValEntry {
+		if id := m.t.insert(kVal, 0, 0, v); id != 0 {
+			m.ringPush(x, id)
+		}
+	}
+	m.setLast(x, v, sh)
+}
+
+func isProse(v []byte) bool {
+	if len(v) < proseMin {
+		return false
+	}
+	spaces := 0
+	for _, c := range v {
+		if c == ' ' {
+			spaces++
+		}
+	}
+	return spaces*16 >= len(v)
+}
+
+func (m *model) encLiteral(c *coder, x *vctx, v []byte) {
+	pre, upper, uuid := isUUID(v)
+	if c.bit(&x.pUUID, b2u(uuid)) == 1 {
+		// A random uuid costs its 16 bytes, not 36 characters.
+		c.num(&x.ln, uint64(pre))
+		m.codePieces(c, &m.valPieces, v[:pre], pre)
+		c.direct(b2u(upper), 1)
+		u := v[pre:]
+		for i := 0; i < 36; i++ {
+			if i == 8 || i == 13 || i == 18 || i == 23 {
+				continue
+			}
+			c.direct(hexVal(u[i]), 4)
+		}
+		return
+	}
+	prose := isProse(v)
+	c.bit(&x.pProse, b2u(prose))
+	c.num(&x.ln, uint64(len(v)))
+	if prose {
+		m.encProse(c, v)
+		return
+	}
+	m.codePieces(c, &m.valPieces, v, len(v))
+}
+
+// encProse codes a long text value as alternating words (non-digit runs,
+// coded like markup tokens, with successor prediction) and numbers
+// (coded like values, in the context of the word before them). A weather
+// report that differs from the last one in its figures and a few words
+// then costs little more than those.
+func (m *model) encProse(c *coder, v []byte) {
+	sp, sp2 := m.prev, m.prev2
+	st := uint8(stProse)
+	for pos := 0; pos < len(v); {
+		if st == stValDigits {
+			end := scanValue(v, pos, st)
+			m.encValue(c, v[pos:end], st)
+			pos, st = end, stProse
+			continue
+		}
+		n, next := m.encMark(c, v, pos, st)
+		pos, st = pos+n, next
+	}
+	m.prev, m.prev2 = sp, sp2
+}
+
+func (m *model) decProse(c *coder, dst []byte, n, limit int) []byte {
+	sp, sp2 := m.prev, m.prev2
+	st := uint8(stProse)
+	end := len(dst) + n
+	empties := 0
+	for len(dst) < end && m.err == nil {
+		before := len(dst)
+		if st == stValDigits {
+			dst = m.decValue(c, dst, end, st)
+			st = stProse
+		} else {
+			dst, st = m.decMark(c, dst, end, st)
+			if st != stProse && st != stValDigits {
+				m.fail("bad state %d in text", st)
+			}
+		}
+		if len(dst) == before {
+			if empties++; empties > 2 {
+				m.fail("no progress in text")
+			}
+		} else {
+			empties = 0
+		}
+		if c.overrun > maxOverrun {
+			m.fail("truncated payload")
+		}
+	}
+	m.prev, m.prev2 = sp, sp2
+	return dst
+}
+
+func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
+	if m.isSecret(st) {
+		n := c.numDirect(0)
+		if n > uint64(limit-len(dst)) {
+			m.fail("secret of %d bytes overruns the message", n)
+			return dst
+		}
+		r := c.rawBytes(nil, int(n))
+		if r == nil {
+			m.fail("secret of %d bytes overruns the raw section", n)
+			return dst
+		}
+		dst = grow(dst, int(n), limit)
+		return append(dst, r...)
+	}
+	x := m.vctx()
+	start := len(dst)
+	a := m.assocFor(x)
+	if a != nil && c.bit(&x.pAssoc, 0) == 1 {
+		m.h = mix(m.h, 6)
+		m.tmp = append(m.tmp[:0], a.v...)
+		return m.finishValue(x, dst, m.tmp, limit)
+	}
+	if x.has {
+		m.pred = m.predict(m.pred[:0], x)
+		if a == nil || string(a.v) != string(m.pred) {
+			if c.bit(&x.pHit, 0) == 1 {
+				m.h = mix(m.h, 1)
+				return m.finishValue(x, dst, m.pred, limit)
+			}
+		}
+	}
+	if bsh, bb, nb := m.bases(x, a); nb > 0 && c.bit(&x.pNum, 0) == 1 {
+		b := 0
+		if nb > 1 {
+			b = int(c.tree(x.base[:], 2, 0))
+		} else {
+			for b < len(bsh)-1 && bsh[b].kind == shNone {
+				b++
+			}
+		}
+		if bsh[b].kind == shNone {
+			m.fail("delta base %d not available", b)
+			return dst
+		}
+		d := m.codeDelta(c, x, b, bsh[b], 0, 0)
+		m.h = mix(m.h, 2^zigzag(d)<<8)
+		m.pred = recon(m.pred[:0], bb[b], bsh[b], bsh[b].v+d)
+		if sh := parseShape(m.pred); sh.kind != shNone {
+			unit, _ := m.evalBases(x, &bsh, &bb, sh, m.pred)
+			m.trainBases(x, b, &bsh, &unit, sh)
+		}
+		return m.finishValue(x, dst, m.pred, limit)
+	}
+	if m.ringAlive(x) && c.bit(&x.pRing, 0) == 1 {
+		k := m.codeRingIdx(c, x, 0)
+		if k < 0 || k >= ringN || !m.t.alive(x.ring[k]) {
+			m.fail("recent-value index %d is empty or evicted", k)
+			return dst
+		}
+		m.h = mix(m.h, 3^uint64(k)<<8)
+		s := m.t.get(x.ring[k]).s
+		m.ringUse(x, k)
+		m.tmp = append(m.tmp[:0], s...)
+		return m.finishValue(x, dst, m.tmp, limit)
+	}
+	if c.bit(&x.pRef, 0) == 1 {
+		d := c.num(&m.valRef, 0)
+		if d >= uint64(m.t.next-1) {
+			m.fail("value index %d out of range", d)
+			return dst
+		}
+		id := m.t.next - 1 - uint32(d)
+		if !m.t.alive(id) {
+			m.fail("value reference to evicted entry %d", id)
+			return dst
+		}
+		e := m.t.get(id)
+		if e.kind != kVal {
+			m.fail("value reference to a markup entry %d", id)
+			return dst
+		}
+		m.h = mix(m.h, 4^uint64(id)<<8)
+		m.ringPush(x, id)
+		m.tmp = append(m.tmp[:0], e.s...)
+		return m.finishValue(x, dst, m.tmp, limit)
+	}
+	// literal
+	if c.bit(&x.pUUID, 0) == 1 {
+		pre := c.num(&x.ln, 0)
+		if pre > 64 || pre+36 > uint64(limit-len(dst)) {
+			m.fail("uuid overruns the message")
+			return dst
+		}
+		dst = grow(dst, int(pre)+36, limit)
+		dst = m.decPieces(c, &m.valPieces, dst, int(pre), limit)
+		if m.err != nil {
+			return dst
+		}
+		alpha := byte('a')
+		if c.direct(0, 1) == 1 {
+			alpha = 'A'
+		}
+		for i := range 36 {
+			if i == 8 || i == 13 || i == 18 || i == 23 {
+				dst = append(dst, '-')
+				continue
+			}
+			h := byte(c.direct(0, 4))
+			if h < 10 {
+				dst = append(dst, '0'+h)
+			} else {
+				dst = append(dst, alpha+h-10)
+			}
+		}
+	} else {
+		prose := c.bit(&x.pProse, 0) == 1
+		n := c.num(&x.ln, 0)
+		if n > uint64(limit-len(dst)) {
+			m.fail("value of %d bytes overruns the message", n)
+			return dst
+		}
+		if prose {
+			if st == stValDigits {
+				m.fail("text inside a number")
+				return dst
+			}
+			dst = grow(dst, int(n), limit)
+			dst = m.decProse(c, dst, int(n), start+int(n))
+		} else {
+			dst = m.decPieces(c, &m.valPieces, dst, int(n), limit)
+		}
+		if m.err != nil {
+			return dst
+		}
+	}
+	v := dst[start:]
+	m.h = mix(m.h, 5^hashBytes(v))
+	// The prose may have reused x's slot for a number context; re-fetch
+	// is not needed: both ends write the same slot in the same order.
+	m.afterLiteral(x, v, parseShape(v))
+	return dst
+}
+
+// finishValue appends a value rebuilt in m.tmp and updates the context.
+func (m *model) finishValue(x *vctx, dst, v []byte, limit int) []byte {
+	if len(v) > limit-len(dst) {
+		m.fail("value overruns the message")
+		return dst
+	}
+	dst = grow(dst, len(v), limit)
+	dst = append(dst, v...)
+	m.setLast(x, v, parseShape(v))
+	return dst
+}

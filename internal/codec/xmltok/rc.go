@@ -1,0 +1,402 @@
+package xmltok
+
+import (
+	"math"
+	"math/bits"
+)
+
+// prob is an adaptive binary probability: P(bit=0) = (probHalf+p)/probOne.
+// Storing it as an offset from one half makes the zero value a valid,
+// uninformed model, so model tables need no initialisation loops and
+// lazily allocated contexts start in the same state on both ends.
+type prob int16
+
+const (
+	probBits = 12
+	probOne  = 1 << probBits
+	probHalf = probOne / 2
+	// moveBits sets the adaptation speed: 1/16 of the distance per bit.
+	// Faster than LZMA's 1/32 because per-context histories are short.
+	moveBits = 4
+	rcTop    = 1 << 24
+	// maxOverrun is how many bytes past the end of a payload the decoder
+	// may read: the encoder drops up to 4 trailing zero bytes of its flush
+	// (see finish) and the decoder reads zeros in their place.
+	maxOverrun = 4
+)
+
+// coder is an LZMA-style binary range coder that runs in one of two
+// directions. The modelling code is written once against bit, tree, num
+// and direct: when encoding they take the symbol and return it, when
+// decoding they ignore the argument and return the decoded symbol. One
+// code path for both ends is the cheapest way to guarantee that both
+// update their models identically.
+type coder struct {
+	dec bool
+	rng uint32
+
+	// encoder
+	low       uint64
+	cache     byte
+	cacheSize int64
+	skip      bool // the first byte shiftLow emits is always 0: drop it
+	discard   bool // count nothing, write nothing (model replay of stored messages)
+	out       []byte
+	raw       []byte // verbatim section: secrets, never range-coded
+
+	// decoder
+	code    uint32
+	in      []byte
+	pos     int
+	overrun int
+	rawIn   []byte
+}
+
+func (c *coder) initEnc(out, raw []byte, discard bool) {
+	*c = coder{rng: 0xFFFFFFFF, cacheSize: 1, skip: true, discard: discard, out: out, raw: raw}
+}
+
+func (c *coder) initDec(in, raw []byte) {
+	*c = coder{dec: true, rng: 0xFFFFFFFF, in: in, rawIn: raw}
+	for range 4 {
+		c.code = c.code<<8 | uint32(c.next())
+	}
+}
+
+func (c *coder) next() byte {
+	if c.pos < len(c.in) {
+		b := c.in[c.pos]
+		c.pos++
+		return b
+	}
+	c.overrun++
+	return 0
+}
+
+func (c *coder) shiftLow() {
+	if uint32(c.low) < 0xFF000000 || c.low>>32 != 0 {
+		carry := byte(c.low >> 32)
+		t := c.cache
+		for {
+			if c.skip {
+				c.skip = false
+			} else if !c.discard {
+				c.out = append(c.out, t+carry)
+			}
+			t = 0xFF
+			c.cacheSize--
+			if c.cacheSize == 0 {
+				break
+			}
+		}
+		c.cache = byte(c.low >> 24)
+	}
+	c.cacheSize++
+	c.low = (c.low & 0x00FFFFFF) << 8
+}
+
+// finish flushes the encoder and returns the output. It picks the value
+// in the final interval with the most trailing zero bytes and drops
+// them: the decoder reads zeros past the end, so a message whose
+// symbols were all well predicted costs one or two bytes, not five.
+func (c *coder) finish() []byte {
+	k := 0
+	for kk := 4; kk >= 1; kk-- {
+		mask := uint64(1)<<(8*kk) - 1
+		v := (c.low + mask) &^ mask
+		if v < c.low+uint64(c.rng) {
+			c.low = v
+			k = kk
+			break
+		}
+	}
+	for range 5 {
+		c.shiftLow()
+	}
+	if !c.discard {
+		c.out = c.out[:len(c.out)-k]
+	}
+	return c.out
+}
+
+// bit codes one binary decision with adaptive probability p.
+func (c *coder) bit(p *prob, b uint32) uint32 {
+	pv := uint32(int32(*p) + probHalf)
+	bound := (c.rng >> probBits) * pv
+	if c.dec {
+		if c.code < bound {
+			c.rng = bound
+			*p += prob((probOne - pv) >> moveBits)
+			b = 0
+		} else {
+			c.code -= bound
+			c.rng -= bound
+			*p -= prob(pv >> moveBits)
+			b = 1
+		}
+		for c.rng < rcTop {
+			c.rng <<= 8
+			c.code = c.code<<8 | uint32(c.next())
+		}
+		return b
+	}
+	if b == 0 {
+		c.rng = bound
+		*p += prob((probOne - pv) >> moveBits)
+	} else {
+		c.low += uint64(bound)
+		c.rng -= bound
+		*p -= prob(pv >> moveBits)
+	}
+	for c.rng < rcTop {
+		c.rng <<= 8
+		c.shiftLow()
+	}
+	return b
+}
+
+// direct codes the n low bits of v (n <= 32) with probability one half
+// and no model: what it codes leaves no trace in the model state, which
+// is why secrets and random uuids use it.
+func (c *coder) direct(v uint32, n int) uint32 {
+	var r uint32
+	for i := n - 1; i >= 0; i-- {
+		c.rng >>= 1
+		var b uint32
+		if c.dec {
+			if c.code >= c.rng {
+				c.code -= c.rng
+				b = 1
+			}
+		} else {
+			b = v >> uint(i) & 1
+			if b != 0 {
+				c.low += uint64(c.rng)
+			}
+		}
+		r = r<<1 | b
+		for c.rng < rcTop {
+			c.rng <<= 8
+			if c.dec {
+				c.code = c.code<<8 | uint32(c.next())
+			} else {
+				c.shiftLow()
+			}
+		}
+	}
+	return r
+}
+
+// rawBytes moves n bytes through the verbatim section: the encoder
+// appends v, the decoder takes the next n bytes (nil if there are not
+// enough).
+func (c *coder) rawBytes(v []byte, n int) []byte {
+	if !c.dec {
+		if !c.discard {
+			c.raw = append(c.raw, v...)
+		}
+		return v
+	}
+	if n > len(c.rawIn) {
+		return nil
+	}
+	v, c.rawIn = c.rawIn[:n], c.rawIn[n:]
+	return v
+}
+
+// tree codes an n-bit symbol with a binary tree of adaptive
+// probabilities; p must hold at least 1<<n entries.
+func (c *coder) tree(p []prob, n int, v uint32) uint32 {
+	node := uint32(1)
+	for i := n - 1; i >= 0; i-- {
+		node = node<<1 | c.bit(&p[node], v>>uint(i)&1)
+	}
+	return node - 1<<uint(n)
+}
+
+// byte1 codes a byte with an order-1 literal model row.
+func (c *coder) byte1(p *[256]prob, v byte) byte {
+	return byte(c.tree(p[:], 8, uint32(v)))
+}
+
+// numModel codes unsigned integers with an adaptive Elias-gamma code:
+// the bit length in unary, then the top three bits below the leading one
+// with a tree per length, then the rest as direct bits. Small alphabets
+// (day offsets, row counters, employee ids) approach their entropy;
+// wide random numbers cost about their width.
+type numModel struct {
+	ln  [24]prob
+	top [12][32]prob
+}
+
+// numTop is how many bits below the leading one numModel models.
+const numTop = 5
+
+func (c *coder) num(m *numModel, v uint64) uint64 {
+	n := bits.Len64(v)
+	nn := 0
+	for nn < 64 {
+		var b uint32
+		if nn < n {
+			b = 1
+		}
+		if c.bit(&m.ln[min(nn, len(m.ln)-1)], b) == 0 {
+			break
+		}
+		nn++
+	}
+	if nn == 0 {
+		return 0
+	}
+	rem := nn - 1
+	r := uint64(1)
+	t := min(rem, numTop)
+	tp := &m.top[min(nn, len(m.top)-1)]
+	node := uint32(1)
+	for i := range t {
+		b := c.bit(&tp[node], uint32(v>>uint(rem-1-i))&1)
+		node = node<<1 | b
+		r = r<<1 | uint64(b)
+	}
+	rem -= t
+	for rem > 0 {
+		k := min(rem, 16)
+		b := c.direct(uint32(v>>uint(rem-k))&(1<<uint(k)-1), k)
+		r = r<<uint(k) | uint64(b)
+		rem -= k
+	}
+	return r
+}
+
+// costTab[pv] is -log2(pv/probOne) in 1/16 bit, for the encoder's
+// choice between equivalent codings (delta base and unit).
+var costTab [probOne + 1]uint16
+
+func init() {
+	for pv := 1; pv <= probOne; pv++ {
+		costTab[pv] = uint16(math.Round(-16 * math.Log2(float64(pv)/probOne)))
+	}
+}
+
+func costBit(p prob, b uint32) int {
+	pv := int32(p) + probHalf
+	if b != 0 {
+		pv = probOne - pv
+	}
+	return int(costTab[pv])
+}
+
+func costTree(p []prob, n int, v uint32) int {
+	node, c := uint32(1), 0
+	for i := n - 1; i >= 0; i-- {
+		b := v >> uint(i) & 1
+		c += costBit(p[node], b)
+		node = node<<1 | b
+	}
+	return c
+}
+
+// costNum estimates what num would spend on v, without coding it.
+func costNum(m *numModel, v uint64) int {
+	n := bits.Len64(v)
+	c := 0
+	for i := 0; i < n; i++ {
+		c += costBit(m.ln[min(i, len(m.ln)-1)], 1)
+	}
+	if n < 64 {
+		c += costBit(m.ln[min(n, len(m.ln)-1)], 0)
+	}
+	if n == 0 {
+		return c
+	}
+	rem := n - 1
+	t := min(rem, numTop)
+	tp := &m.top[min(n, len(m.top)-1)]
+	node := uint32(1)
+	for i := range t {
+		b := uint32(v>>uint(rem-1-i)) & 1
+		c += costBit(tp[node], b)
+		node = node<<1 | b
+	}
+	return c + 16*(rem-t)
+}
+
+// trainBit, trainTree and trainNum update a model as if the symbol had
+// been coded, without coding it: both ends teach the delta models of
+// bases they did not use, so the encoder's cost-based choice of base
+// compares models that have seen the same history.
+func trainBit(p *prob, b uint32) {
+	pv := uint32(int32(*p) + probHalf)
+	if b == 0 {
+		*p += prob((probOne - pv) >> moveBits)
+	} else {
+		*p -= prob(pv >> moveBits)
+	}
+}
+
+func trainTree(p []prob, n int, v uint32) {
+	node := uint32(1)
+	for i := n - 1; i >= 0; i-- {
+		b := v >> uint(i) & 1
+		trainBit(&p[node], b)
+		node = node<<1 | b
+	}
+}
+
+func trainNum(m *numModel, v uint64) {
+	n := bits.Len64(v)
+	for i := 0; i < n; i++ {
+		trainBit(&m.ln[min(i, len(m.ln)-1)], 1)
+	}
+	if n < 64 {
+		trainBit(&m.ln[min(n, len(m.ln)-1)], 0)
+	}
+	if n == 0 {
+		return
+	}
+	rem := n - 1
+	tp := &m.top[min(n, len(m.top)-1)]
+	node := uint32(1)
+	for i := range min(rem, numTop) {
+		b := uint32(v>>uint(rem-1-i)) & 1
+		trainBit(&tp[node], b)
+		node = node<<1 | b
+	}
+}
+
+// numDirect is num without a model, for lengths of secrets.
+func (c *coder) numDirect(v uint64) uint64 {
+	n := bits.Len64(v)
+	nn := 0
+	for nn < 64 {
+		var b uint32
+		if nn < n {
+			b = 1
+		}
+		if c.direct(b, 1) == 0 {
+			break
+		}
+		nn++
+	}
+	if nn == 0 {
+		return 0
+	}
+	r := uint64(1)
+	for rem := nn - 1; rem > 0; {
+		k := min(rem, 16)
+		b := c.direct(uint32(v>>uint(rem-k))&(1<<uint(k)-1), k)
+		r = r<<uint(k) | uint64(b)
+		rem -= k
+	}
+	return r
+}
+
+func zigzag(d int64) uint64   { return uint64(d<<1) ^ uint64(d>>63) }
+func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
