@@ -1,13 +1,10 @@
 package codec
 
 import (
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
 
 	"github.com/soapgw/soapgw/internal/soapdemo"
+	"github.com/soapgw/soapgw/testdata/gen"
 )
 
 // benchFamily is a sequence of messages of one direction, in order.
@@ -23,40 +20,26 @@ func benchFamilies(b *testing.B) []benchFamily {
 		{"stress-request", func(i int) ([]byte, bool) { return soapdemo.StressRequest(i), true }},
 		{"stress-response", func(i int) ([]byte, bool) { return soapdemo.StressResponse(i), true }},
 	}
-	// testdata/corpus/<family>/NNNN-<dir>.xml: one family per direction, in file order
-	// (paired families alternate request and response files).
-	root := filepath.Join("..", "..", "testdata", "corpus")
-	dirs, err := os.ReadDir(root)
-	if err != nil {
-		return fams // no corpus (yet)
-	}
-	for _, d := range dirs {
-		if !d.IsDir() {
-			continue
+	// The generated traffic of testdata/gen (the committed corpus's generator, a longer
+	// run): one family per direction, in wire order, as one connection direction sees it.
+	for _, name := range gen.Families {
+		n := 2000
+		switch name {
+		case "northwind":
+			n = 20
+		case "edge":
+			n = gen.DefaultN(name) - 1 // without the 2 MB array of doubles
 		}
-		files, _ := filepath.Glob(filepath.Join(root, d.Name(), "*"))
-		slices.Sort(files)
 		byDir := map[string][][]byte{}
-		var order []string
-		for _, f := range files {
-			m, err := os.ReadFile(f)
-			if err != nil {
-				continue // a directory or a file being written
-			}
-			dir := "all"
-			for _, s := range []string{"request", "response"} {
-				if strings.Contains(filepath.Base(f), s) {
-					dir = s
-				}
-			}
-			if byDir[dir] == nil {
-				order = append(order, dir)
-			}
-			byDir[dir] = append(byDir[dir], m)
+		for _, m := range gen.Family(name, n, gen.DefaultSeed) {
+			byDir[m.Dir] = append(byDir[m.Dir], m.Body)
 		}
-		for _, dir := range order {
+		for _, dir := range []string{gen.Request, gen.Response} {
 			msgs := byDir[dir]
-			fams = append(fams, benchFamily{"corpus-" + d.Name() + "-" + dir, func(i int) ([]byte, bool) {
+			if len(msgs) == 0 {
+				continue
+			}
+			fams = append(fams, benchFamily{name + "-" + dir, func(i int) ([]byte, bool) {
 				if i >= len(msgs) {
 					return nil, false
 				}
@@ -67,11 +50,32 @@ func benchFamilies(b *testing.B) []benchFamily {
 	return fams
 }
 
+// benchCodecs are the registry's codecs plus a reference: zstd at its best level with
+// context across messages, the strongest general compressor the targets compare with.
+func benchCodecs(b *testing.B) []Codec {
+	cs, err := Set(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	best, err := NewZstdStream(ZstdLevel(19))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return append(cs, namedCodec{best, "zstd-stream-best"})
+}
+
+type namedCodec struct {
+	Codec
+	name string
+}
+
+func (c namedCodec) Name() string { return c.name }
+
 // BenchmarkCodecs runs the messages of each family, in order, through one encoder and
 // decoder pair per codec; an op is one message encoded and decoded.
 func BenchmarkCodecs(b *testing.B) {
 	for _, fam := range benchFamilies(b) {
-		for _, c := range Registry() {
+		for _, c := range benchCodecs(b) {
 			b.Run(fam.name+"/"+c.Name(), func(b *testing.B) { benchCodec(b, c, fam) })
 		}
 	}

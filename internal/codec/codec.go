@@ -1,10 +1,13 @@
-// Package codec names the encodings a tunnel message may carry. Every message states its
-// codec id in its preamble (see internal/tunnel/frame/SPEC.md), so codecs can be chosen
-// per message and both gateways agree without shared configuration.
+// Package codec holds the encodings a tunnel message may carry: identity, gzip, zstd
+// (with a dictionary trained on SOAP traffic), zstd-stream (zstd with context across the
+// messages of a connection direction) and token, the synchronized token cache (envelope
+// heads by headmodel.go, XML bodies by the xmltok subpackage). Every message states its
+// codec id in its preamble (internal/tunnel/frame/SPEC.md), so a [Policy] can choose per
+// message ("auto") and both gateways agree without shared configuration.
 //
-// Only identity is accepted by the configuration today ([ByName]). The message codecs
-// themselves (gzip, zstd, zstd-stream; see [Registry] and [Lookup]) exist but are not yet
-// wired into the tunnel; the synchronized token cache (id 4) is reserved.
+// The stateful codecs (zstd-stream, token) need every message of a direction, in wire
+// order, on both ends: the tunnel session runs them in its single writer and reader and
+// starts them afresh (a new epoch) after any decoding failure.
 package codec
 
 import "fmt"
@@ -18,7 +21,7 @@ const (
 	Gzip       ID = 1 // per-message gzip
 	Zstd       ID = 2 // per-message zstd, optional dictionary
 	ZstdStream ID = 3 // zstd with context kept across the messages of one direction
-	Token      ID = 4 // reserved: synchronized token cache (not implemented)
+	Token      ID = 4 // synchronized token cache (head model + xmltok)
 )
 
 // Name returns the configuration name of an id.
@@ -36,14 +39,4 @@ func (id ID) String() string {
 		return "token"
 	}
 	return fmt.Sprintf("codec(%d)", uint8(id))
-}
-
-// ByName returns the id for a configuration name and whether this build implements it.
-// Until the codecs of [Registry] are wired into the tunnel, only identity is reported.
-func ByName(name string) (ID, bool) {
-	switch name {
-	case "identity":
-		return Identity, true
-	}
-	return 0, false
 }

@@ -80,19 +80,13 @@ func (l Limits) max() int {
 	return l.MaxMessage
 }
 
-var registry = []Codec{
-	identityCodec{},
-	mustCodec(NewGzip()),
-	mustCodec(NewZstd()),
-	mustCodec(NewZstdStream()),
-}
-
-func mustCodec(c Codec, err error) Codec {
+var registry = func() []Codec {
+	cs, err := Set(Options{})
 	if err != nil {
-		panic(err)
+		panic(err) // the defaults are valid
 	}
-	return c
-}
+	return cs
+}()
 
 // Registry returns the implemented codecs with their default options, by id.
 func Registry() []Codec { return slices.Clone(registry) }

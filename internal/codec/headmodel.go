@@ -1,0 +1,569 @@
+package codec
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/soapgw/soapgw/internal/envelope"
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+// The head model codes the envelope head of a tunnel message (method, target, status,
+// header fields; see internal/envelope) against the heads sent before it on the same
+// connection direction, as HPACK does for HTTP/2, but positionally: a head is a list of
+// strings, and each string is coded as "same as in the reference head", a small numeric
+// delta, an edit of the reference string, or a literal. The reference is one of the last
+// [headRefs] heads of the same kind (most recently used first), so interleaved
+// operations (credit, confirm, reserve...) each find their own previous head.
+//
+// Both ends apply the same updates in the same order (the tunnel feeds messages in wire
+// order), so their lists stay identical. Values of credential headers are never kept:
+// they are coded literally every time and stored as empty strings.
+
+// headRefs is how many heads per kind both ends remember.
+const headRefs = 8
+
+// maxStoredHead caps the size of a head kept as a reference: a huge head is coded once
+// and forgotten, so the model's memory stays below kinds × headRefs × maxStoredHead.
+const maxStoredHead = 16 << 10
+
+// maxHeadFields bounds the strings of one head a decoder accepts (a head of 64 KiB holds
+// at most 32 Ki fields), so a hostile count cannot make it allocate.
+const maxHeadFields = 1 << 16
+
+// Head-list ops. A list is coded as: ref (u8: index, or noRef), count (uvarint), then ops
+// covering every position in order.
+const (
+	opSameMax   = 0x3f // 0x00..0x3f: the next op+1 positions equal the reference's
+	opLiteral   = 0x40 // uvarint len, bytes
+	opDelta     = 0x41 // zigzag varint: decimal integer = reference's + delta
+	opEdit      = 0x42 // uvarint prefix, uvarint suffix, uvarint len, middle bytes
+	opSensitive = 0x43 // uvarint len, bytes; never stored (kept as "")
+	opTailDelta = 0x44 // zigzag varint: same text up to the trailing digits, which are the reference's + delta
+	opDate      = 0x45 // zigzag varint: an HTTP date (RFC 1123, GMT) = the reference's + delta seconds
+	opSameDelta = 0x46 // a decimal integer = the reference's + the delta of this head's previous opDelta
+	noRef       = 0xff
+)
+
+// sensitiveHeader reports whether a header's value is a credential (HPACK's never-indexed
+// fields): such values never enter the model.
+func sensitiveHeader(name string) bool {
+	switch {
+	case strings.EqualFold(name, "Authorization"), strings.EqualFold(name, "Proxy-Authorization"),
+		strings.EqualFold(name, "Cookie"), strings.EqualFold(name, "Set-Cookie"):
+		return true
+	}
+	return false
+}
+
+// headModel is one direction's memory of past heads, per kind.
+type headModel struct {
+	refs map[byte][][]string // kind -> heads, most recently used first
+}
+
+func newHeadModel() *headModel { return &headModel{refs: map[byte][][]string{}} }
+
+// headFields flattens a parsed head into its list of strings. fixed is how many leading
+// strings are not header name/value pairs.
+func headFields(kind byte, head []byte) (list []string, fixed int, ok bool) {
+	switch kind {
+	case envelope.KindRequest:
+		h, err := envelope.ParseRequest(head)
+		if err != nil {
+			return nil, 0, false
+		}
+		list = append(make([]string, 0, 7+2*len(h.Header)), h.ExchangeID, h.Upstream, h.Method, h.Target,
+			strconv.Itoa(h.ProtoMinor), strconv.FormatBool(h.Expect), strconv.FormatInt(h.ContentLength, 10))
+		fixed = 7
+		list = appendHeader(list, h.Header)
+	case envelope.KindResponse:
+		h, _, err := envelope.ParseResponse(head)
+		if err != nil || h == nil {
+			return nil, 0, false
+		}
+		list = append(make([]string, 0, 4+2*len(h.Header)), strconv.Itoa(h.Status), h.Reason,
+			strconv.Itoa(h.ProtoMinor), strconv.FormatInt(h.ContentLength, 10))
+		fixed = 4
+		list = appendHeader(list, h.Header)
+	case envelope.KindError:
+		_, e, err := envelope.ParseResponse(head)
+		if err != nil || e == nil {
+			return nil, 0, false
+		}
+		list, fixed = []string{strconv.Itoa(e.Status), e.Cause, e.Message}, 3
+	default:
+		return nil, 0, false
+	}
+	return list, fixed, true
+}
+
+func appendHeader(list []string, h httpwire.Header) []string {
+	for _, f := range h {
+		list = append(list, f.Name, f.Value)
+	}
+	return list
+}
+
+// fixedFields is how many leading strings of a head of kind are not header fields.
+func fixedFields(kind byte) int {
+	switch kind {
+	case envelope.KindRequest:
+		return 7
+	case envelope.KindResponse:
+		return 4
+	case envelope.KindError:
+		return 3
+	}
+	return 0
+}
+
+// appendHead rebuilds the length-prefixed head from its list; ok is false for a list
+// that is not a valid head of kind (hostile payload).
+func appendHead(dst []byte, kind byte, list []string) ([]byte, bool) {
+	atoi := func(s string) (int64, bool) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		return n, err == nil && strconv.FormatInt(n, 10) == s
+	}
+	header := func(fixed int) (httpwire.Header, bool) {
+		if len(list) < fixed || (len(list)-fixed)%2 != 0 {
+			return nil, false
+		}
+		h := make(httpwire.Header, 0, (len(list)-fixed)/2)
+		for i := fixed; i < len(list); i += 2 {
+			h = append(h, httpwire.Field{Name: list[i], Value: list[i+1]})
+		}
+		return h, true
+	}
+	switch kind {
+	case envelope.KindRequest:
+		h, ok := header(7)
+		if !ok {
+			return dst, false
+		}
+		proto, ok1 := atoi(list[4])
+		cl, ok2 := atoi(list[6])
+		expect, err := strconv.ParseBool(list[5])
+		if !ok1 || !ok2 || err != nil || proto < 0 || proto > 255 || cl < -1 {
+			return dst, false
+		}
+		r := envelope.Request{ExchangeID: list[0], Upstream: list[1], Method: list[2], Target: list[3],
+			ProtoMinor: int(proto), Expect: expect, ContentLength: cl, Header: h}
+		return r.Append(dst), true
+	case envelope.KindResponse:
+		h, ok := header(4)
+		if !ok {
+			return dst, false
+		}
+		status, ok1 := atoi(list[0])
+		proto, ok2 := atoi(list[2])
+		cl, ok3 := atoi(list[3])
+		if !ok1 || !ok2 || !ok3 || status < 0 || status > 0xffff || proto < 0 || proto > 255 || cl < -1 {
+			return dst, false
+		}
+		r := envelope.Response{Status: int(status), Reason: list[1], ProtoMinor: int(proto), ContentLength: cl, Header: h}
+		return r.Append(dst), true
+	case envelope.KindError:
+		if len(list) != 3 {
+			return dst, false
+		}
+		status, ok := atoi(list[0])
+		if !ok || status < 0 || status > 0xffff {
+			return dst, false
+		}
+		e := envelope.Error{Status: int(status), Cause: list[1], Message: list[2]}
+		return e.Append(dst), true
+	}
+	return dst, false
+}
+
+// sensitiveAt reports whether position i of a list holds a credential value.
+func sensitiveAt(list []string, fixed, i int) bool {
+	return i > fixed && (i-fixed)%2 == 1 && sensitiveHeader(list[i-1])
+}
+
+// encode appends the coding of list against the best remembered head of kind and
+// returns the reference it used; the caller applies the update with commit once it
+// keeps the coding.
+func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]byte, int) {
+	refs := m.refs[kind]
+	best, bestScore := noRef, -1
+	for i, r := range refs {
+		score := 0
+		for j := 0; j < len(list) && j < len(r); j++ {
+			if list[j] == r[j] {
+				score++
+			}
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	var ref []string
+	if best != noRef {
+		ref = refs[best]
+	}
+	dst = append(dst, byte(best))
+	dst = binary.AppendUvarint(dst, uint64(len(list)))
+	same := 0
+	flush := func() {
+		for same > 0 {
+			n := min(same, opSameMax+1)
+			dst = append(dst, byte(n-1))
+			same -= n
+		}
+	}
+	lastDelta, haveDelta := int64(0), false
+	for i, s := range list {
+		if sensitiveAt(list, fixed, i) {
+			flush()
+			dst = append(dst, opSensitive)
+			dst = appendStr(dst, s)
+			continue
+		}
+		if i < len(ref) && ref[i] == s {
+			same++
+			continue
+		}
+		flush()
+		if i >= len(ref) {
+			dst = append(dst, opLiteral)
+			dst = appendStr(dst, s)
+			continue
+		}
+		if a, ok := decimal(ref[i]); ok {
+			if b, ok := decimal(s); ok {
+				// Content-Length travels twice (envelope and header) and changes by the
+				// same amount in both: the second costs one byte.
+				if haveDelta && b-a == lastDelta {
+					dst = append(dst, opSameDelta)
+				} else {
+					dst = binary.AppendVarint(append(dst, opDelta), b-a)
+				}
+				lastDelta, haveDelta = b-a, true
+				continue
+			}
+		}
+		dst = appendChange(dst, ref[i], s)
+	}
+	flush()
+	return dst, best
+}
+
+// httpDate is the only date format HTTP/1.1 senders generate (RFC 9110 §5.6.7).
+const httpDate = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+// parseHTTPDate parses s as an HTTP date that formats back to exactly s.
+func parseHTTPDate(s string) (int64, bool) {
+	if len(s) != len(httpDate) {
+		return 0, false
+	}
+	tm, err := time.Parse(httpDate, s)
+	if err != nil || tm.Format(httpDate) != s {
+		return 0, false
+	}
+	return tm.Unix(), true
+}
+
+// appendChange codes s against the reference string r with the cheapest op.
+func appendChange(dst []byte, r, s string) []byte {
+	if a, ok := parseHTTPDate(r); ok {
+		if b, ok := parseHTTPDate(s); ok {
+			return binary.AppendVarint(append(dst, opDate), b-a)
+		}
+	}
+	if rp, rn, ok := tailNumber(r); ok {
+		if sp, sn, ok := tailNumber(s); ok && rp == sp {
+			return binary.AppendVarint(append(dst, opTailDelta), sn-rn)
+		}
+	}
+	pre := commonPrefix(r, s)
+	suf := commonSuffix(r[pre:], s[pre:])
+	mid := s[pre : len(s)-suf]
+	edit := 1 + uvarintLen(uint64(pre)) + uvarintLen(uint64(suf)) + uvarintLen(uint64(len(mid))) + len(mid)
+	if pre+suf > 0 && edit < 1+uvarintLen(uint64(len(s)))+len(s) {
+		dst = append(dst, opEdit)
+		dst = binary.AppendUvarint(dst, uint64(pre))
+		dst = binary.AppendUvarint(dst, uint64(suf))
+		return appendStr(dst, mid)
+	}
+	return appendStr(append(dst, opLiteral), s)
+}
+
+// commit remembers list as the most recent head of kind. Encoder and decoder call it
+// with identical arguments.
+func (m *headModel) commit(kind byte, list []string, fixed int) {
+	size := 0
+	for _, s := range list {
+		size += len(s)
+	}
+	stored := make([]string, len(list))
+	if size <= maxStoredHead {
+		for i, s := range list {
+			if sensitiveAt(list, fixed, i) {
+				s = ""
+			}
+			stored[i] = strings.Clone(s) // never alias a message buffer
+		}
+	} else {
+		stored = nil // too big to keep; it will be coded literally next time
+	}
+	// Push in front and forget the oldest. The reference is kept too: interleaved
+	// operations (credit, confirm, reserve...) each keep their own latest head.
+	refs := m.refs[kind]
+	if len(refs) == headRefs {
+		refs = refs[:headRefs-1]
+	}
+	refs = append(refs, nil)
+	copy(refs[1:], refs)
+	refs[0] = stored
+	m.refs[kind] = refs
+}
+
+// decode reads a coded list of kind from p, returning the list, the reference index used
+// and the rest of p. maxBytes bounds the total size of the strings it produces.
+func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, ref int, rest []byte, err error) {
+	bad := func(what string) ([]string, int, []byte, error) {
+		return nil, 0, nil, fmt.Errorf("%w: token head: %s", ErrCorrupt, what)
+	}
+	if len(p) < 1 {
+		return bad("missing reference")
+	}
+	ref = int(p[0])
+	p = p[1:]
+	var refList []string
+	if ref != noRef {
+		refs := m.refs[kind]
+		if ref >= len(refs) {
+			return bad(fmt.Sprintf("reference %d of %d heads", ref, len(refs)))
+		}
+		refList = refs[ref]
+	}
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n > maxHeadFields {
+		return bad("field count")
+	}
+	p = p[k:]
+	list = make([]string, 0, min(n, 64))
+	total := 0
+	fixed := fixedFields(kind)
+	lastDelta, haveDelta := int64(0), false
+	add := func(s string) bool {
+		total += len(s)
+		list = append(list, s)
+		return total <= maxBytes
+	}
+	for uint64(len(list)) < n {
+		if len(p) == 0 {
+			return bad("ops end early")
+		}
+		op := p[0]
+		p = p[1:]
+		i := len(list)
+		if op <= opSameMax {
+			run := int(op) + 1
+			if uint64(i+run) > n || i+run > len(refList) {
+				return bad("same-run beyond the reference")
+			}
+			for j := i; j < i+run; j++ {
+				if !add(refList[j]) {
+					return nil, 0, nil, ErrTooLarge
+				}
+			}
+			continue
+		}
+		var s string
+		switch op {
+		case opLiteral, opSensitive:
+			var ok bool
+			if s, p, ok = readStr(p); !ok {
+				return bad("literal")
+			}
+			if op == opSensitive && !(i > fixed && (i-fixed)%2 == 1 && sensitiveHeader(list[i-1])) {
+				return bad("sensitive op on a plain field")
+			}
+		case opDelta, opTailDelta, opDate, opSameDelta:
+			if i >= len(refList) {
+				return bad("delta beyond the reference")
+			}
+			var d int64
+			if op == opSameDelta {
+				if !haveDelta {
+					return bad("repeated delta without a delta")
+				}
+				d = lastDelta
+			} else {
+				var k int
+				if d, k = binary.Varint(p); k <= 0 {
+					return bad("delta")
+				}
+				p = p[k:]
+			}
+			var ok bool
+			switch op {
+			case opDelta, opSameDelta:
+				var a int64
+				if a, ok = decimal(refList[i]); ok {
+					s = strconv.FormatInt(a+d, 10)
+					lastDelta, haveDelta = d, true
+				}
+			case opDate:
+				var a int64
+				if a, ok = parseHTTPDate(refList[i]); ok && d > -1<<40 && d < 1<<40 {
+					s = time.Unix(a+d, 0).UTC().Format(httpDate)
+					// A date outside 4-digit years formats longer: refuse it, as the
+					// encoder could never have produced it.
+					if _, ok = parseHTTPDate(s); !ok {
+						return bad("date out of range")
+					}
+				} else {
+					ok = false
+				}
+			default:
+				var prefix string
+				var a int64
+				if prefix, a, ok = tailNumber(refList[i]); ok && a+d >= 0 {
+					s = prefix + strconv.FormatInt(a+d, 10)
+				} else {
+					ok = false
+				}
+			}
+			if !ok {
+				return bad("delta on a non-number")
+			}
+		case opEdit:
+			if i >= len(refList) {
+				return bad("edit beyond the reference")
+			}
+			r := refList[i]
+			pre, k1 := binary.Uvarint(p)
+			if k1 <= 0 {
+				return bad("edit prefix")
+			}
+			suf, k2 := binary.Uvarint(p[k1:])
+			if k2 <= 0 || pre > uint64(len(r)) || suf > uint64(len(r))-pre {
+				return bad("edit bounds")
+			}
+			var mid string
+			var ok bool
+			if mid, p, ok = readStr(p[k1+k2:]); !ok {
+				return bad("edit middle")
+			}
+			s = r[:pre] + mid + r[uint64(len(r))-suf:]
+		default:
+			return bad(fmt.Sprintf("op 0x%02x", op))
+		}
+		if !add(s) {
+			return nil, 0, nil, ErrTooLarge
+		}
+	}
+	return list, ref, p, nil
+}
+
+// decimal parses s as a canonical decimal integer (what strconv.FormatInt writes), so
+// that the decoder reproduces the exact text.
+func decimal(s string) (int64, bool) {
+	if len(s) == 0 || len(s) > 18 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && strconv.FormatInt(n, 10) == s
+}
+
+// tailNumber splits s into a prefix and the canonical non-negative number its trailing
+// digits form ("8f3a91c2-421" -> "8f3a91c2-", 421).
+func tailNumber(s string) (prefix string, n int64, ok bool) {
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	if i == len(s) || len(s)-i > 18 || (s[i] == '0' && i < len(s)-1) {
+		return "", 0, false
+	}
+	n, err := strconv.ParseInt(s[i:], 10, 64)
+	return s[:i], n, err == nil
+}
+
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+func commonSuffix(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
+		i++
+	}
+	return i
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+func appendStr(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func readStr(p []byte) (string, []byte, bool) {
+	n, k := binary.Uvarint(p)
+	if k <= 0 || n > uint64(len(p)-k) {
+		return "", nil, false
+	}
+	return string(p[k : k+int(n)]), p[k+int(n):], true
+}
+
+// splitHead returns the kind, the head's list and where the body starts, when msg starts
+// with an envelope head that the list rebuilds byte for byte; ok is false otherwise
+// (then the whole message is coded as body).
+func splitHead(msg []byte) (kind byte, list []string, fixed int, body []byte, ok bool) {
+	head, body, err := envelope.Split(msg)
+	if err != nil {
+		return 0, nil, 0, nil, false
+	}
+	kind = head[1]
+	if head[0] != envelope.Version {
+		return 0, nil, 0, nil, false
+	}
+	list, fixed, ok = headFields(kind, head)
+	if !ok {
+		return 0, nil, 0, nil, false
+	}
+	// Canonical? The decoder rebuilds the head from the list; it must come out identical.
+	prefixLen := len(msg) - len(body)
+	var scratch [512]byte
+	re, ok := appendHead(scratch[:0], kind, list)
+	if !ok || !bytes.Equal(re, msg[:prefixLen]) {
+		return 0, nil, 0, nil, false
+	}
+	return kind, list, fixed, body, true
+}
+
+// digest hashes the model's state, for tests that check both ends stay identical.
+func (m *headModel) digest() uint64 {
+	h := fnv.New64a()
+	for _, kind := range []byte{envelope.KindRequest, envelope.KindResponse, envelope.KindError} {
+		for _, r := range m.refs[kind] {
+			fmt.Fprintf(h, "%c%d|", kind, len(r))
+			for _, s := range r {
+				fmt.Fprintf(h, "%d:%s", len(s), s)
+			}
+		}
+	}
+	return h.Sum64()
+}

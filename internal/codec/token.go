@@ -1,0 +1,192 @@
+package codec
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/soapgw/soapgw/internal/codec/xmltok"
+)
+
+// token: the synchronized token cache. A message's envelope head is coded by the head
+// model (headmodel.go) against earlier heads; its body by xmltok, whose dictionaries both
+// ends keep in step. Both are stateful: the tunnel feeds every message of a direction, in
+// wire order, to one encoder and one decoder, and starts both afresh (a new epoch) after
+// any decoding failure, so a desync is an error that costs one resend, never a corrupted
+// message.
+//
+// Payload:
+//
+//	flags (1 byte) | [uvarint dictionary budget] | [kind (1 byte), coded head] | xmltok payload
+//
+//	flags bit 0: the message starts with an envelope head, coded by the head model;
+//	             otherwise the whole message is the body.
+//	flags bit 7: the first message of an encoder announces the dictionary budget it codes
+//	             with, so the decoder matches it without shared configuration.
+
+const (
+	tokenHead     = 1 << 0
+	tokenAnnounce = 1 << 7
+)
+
+// DefaultTokenDict is the token dictionary budget per connection direction.
+const DefaultTokenDict = 1 << 20
+
+// maxTokenDict is the largest budget a decoder accepts from its peer: the memory a peer
+// can make us spend per connection direction.
+const maxTokenDict = 64 << 20
+
+// TokenOption configures [NewToken].
+type TokenOption func(*tokenCodec) error
+
+// TokenDictionary sets the dictionary budget (bytes) this side's encoders code with; the
+// decoders take the budget the peer announces (up to 64 MiB).
+func TokenDictionary(bytes int) TokenOption {
+	return func(c *tokenCodec) error {
+		if bytes < 4<<10 || bytes > maxTokenDict {
+			return fmt.Errorf("codec: token dictionary %d bytes outside [4 KiB, 64 MiB]", bytes)
+		}
+		c.dict = bytes
+		return nil
+	}
+}
+
+// NewToken returns the token codec.
+func NewToken(opts ...TokenOption) (Codec, error) {
+	c := &tokenCodec{dict: DefaultTokenDict}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+type tokenCodec struct{ dict int }
+
+func (c *tokenCodec) ID() ID       { return Token }
+func (c *tokenCodec) Name() string { return Token.String() }
+
+func (c *tokenCodec) NewEncoder() (Encoder, error) {
+	return &TokenEncoder{heads: newHeadModel(), body: xmltok.NewEncoder(xmltok.Options{DictBytes: c.dict}), dict: c.dict}, nil
+}
+
+func (c *tokenCodec) NewDecoder(l Limits) (Decoder, error) {
+	return &TokenDecoder{heads: newHeadModel(), max: l.max()}, nil
+}
+
+// TokenEncoder is the token codec's encoder (exported for tests that compare both ends'
+// state with Digest).
+type TokenEncoder struct {
+	heads     *headModel
+	body      *xmltok.Encoder
+	dict      int
+	announced bool
+}
+
+// Encode appends the payload of msg.
+func (e *TokenEncoder) Encode(dst, msg []byte) ([]byte, error) {
+	start := len(dst)
+	dst = append(dst, 0)
+	if !e.announced {
+		e.announced = true
+		dst[start] |= tokenAnnounce
+		dst = binary.AppendUvarint(dst, uint64(e.dict))
+	}
+	body := msg
+	if kind, list, fixed, b, ok := splitHead(msg); ok {
+		mark := len(dst)
+		dst = append(dst, kind)
+		dst, _ = e.heads.encode(dst, kind, list, fixed)
+		// The head's coding must not be longer than the head itself: the payload stays
+		// within MaxExpansion of the message.
+		if len(dst)-mark <= len(msg)-len(b) {
+			e.heads.commit(kind, list, fixed)
+			dst[start] |= tokenHead
+			body = b
+		} else {
+			dst = dst[:mark]
+		}
+	}
+	return e.body.Encode(dst, body), nil
+}
+
+// Digest hashes the encoder's whole state.
+func (e *TokenEncoder) Digest() uint64 { return e.heads.digest()*31 ^ e.body.Digest() }
+
+// TokenDecoder is the token codec's decoder.
+type TokenDecoder struct {
+	heads *headModel
+	body  *xmltok.Decoder
+	max   int
+}
+
+// Decode appends the message of payload.
+func (d *TokenDecoder) Decode(dst, payload []byte) ([]byte, error) {
+	if len(payload) == 0 {
+		return dst, fmt.Errorf("%w: empty token payload", ErrCorrupt)
+	}
+	flags, p := payload[0], payload[1:]
+	if flags&^(tokenHead|tokenAnnounce) != 0 {
+		return dst, fmt.Errorf("%w: token flags 0x%02x", ErrCorrupt, flags)
+	}
+	if flags&tokenAnnounce != 0 {
+		n, k := binary.Uvarint(p)
+		if k <= 0 || n < 1 || n > maxTokenDict || d.body != nil {
+			return dst, fmt.Errorf("%w: token dictionary announcement", ErrCorrupt)
+		}
+		p = p[k:]
+		d.body = xmltok.NewDecoder(xmltok.Options{DictBytes: int(n), MaxMessage: d.max})
+	}
+	if d.body == nil {
+		return dst, fmt.Errorf("%w: token payload before the dictionary announcement", ErrCorrupt)
+	}
+	start := len(dst)
+	if flags&tokenHead != 0 {
+		if len(p) == 0 {
+			return dst, fmt.Errorf("%w: token head kind missing", ErrCorrupt)
+		}
+		kind := p[0]
+		list, _, rest, err := d.heads.decode(p[1:], kind, d.max)
+		if err != nil {
+			return dst, err
+		}
+		var ok bool
+		if dst, ok = appendHead(dst, kind, list); !ok {
+			return dst[:start], fmt.Errorf("%w: token head does not form a valid %q head", ErrCorrupt, kind)
+		}
+		d.heads.commit(kind, list, fixedFields(kind))
+		p = rest
+	}
+	out, err := d.body.Decode(dst, p)
+	if errors.Is(err, xmltok.ErrTooLarge) {
+		return dst[:start], ErrTooLarge
+	}
+	if err != nil {
+		return dst[:start], fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if len(out)-start > d.max {
+		return dst[:start], ErrTooLarge
+	}
+	return out, nil
+}
+
+// Digest hashes the decoder's whole state.
+func (d *TokenDecoder) Digest() uint64 {
+	if d.body == nil {
+		return d.heads.digest() * 31
+	}
+	return d.heads.digest()*31 ^ d.body.Digest()
+}
+
+// reset starts the encoder afresh (benchmarks renew a pair between passes this way).
+func (e *TokenEncoder) reset() {
+	e.heads = newHeadModel()
+	e.body = xmltok.NewEncoder(xmltok.Options{DictBytes: e.dict})
+	e.announced = false
+}
+
+func (d *TokenDecoder) reset() {
+	d.heads = newHeadModel()
+	d.body = nil
+}

@@ -1,0 +1,165 @@
+package codec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/envelope"
+	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/testdata/gen"
+)
+
+// tunnelMessages turns generated traffic into tunnel messages as the gateways send them:
+// an envelope head (request or response) followed by the body.
+func tunnelMessages(fam string, n int) (reqs, resps [][]byte) {
+	for i, m := range gen.Family(fam, n, gen.DefaultSeed) {
+		cl := int64(len(m.Body))
+		if m.Dir == gen.Request {
+			h := &envelope.Request{ExchangeID: "5e1f00a2-" + strconv.Itoa(i+1), Upstream: "svc", Method: "POST",
+				Target: "/services/" + fam, ProtoMinor: 0, ContentLength: cl, Header: httpwire.Header{
+					{Name: "Content-Type", Value: "text/xml; charset=utf-8"},
+					{Name: "SOAPAction", Value: `"` + m.Name + `"`},
+					{Name: "Host", Value: "svc.example.com:8080"},
+					{Name: "Content-Length", Value: strconv.FormatInt(cl, 10)},
+				}}
+			reqs = append(reqs, append(h.Append(nil), m.Body...))
+			continue
+		}
+		h := &envelope.Response{Status: 200, Reason: "OK", ProtoMinor: 1, ContentLength: cl, Header: httpwire.Header{
+			{Name: "Content-Type", Value: "text/xml;charset=utf-8"},
+			{Name: "Date", Value: fmt.Sprintf("Sun, 22 Nov 2026 10:%02d:%02d GMT", i/120%60, i/2%60)},
+			{Name: "Content-Length", Value: strconv.FormatInt(cl, 10)},
+		}}
+		resps = append(resps, append(h.Append(nil), m.Body...))
+	}
+	return reqs, resps
+}
+
+// Whole tunnel messages of every family round-trip byte for byte through one token pair
+// per direction, both ends' state stays identical, and no payload exceeds the message by
+// more than MaxExpansion.
+func TestTokenRoundTrip(t *testing.T) {
+	c, err := NewToken(TokenDictionary(64 << 10))
+	require.NoError(t, err)
+	for _, fam := range gen.Families {
+		reqs, resps := tunnelMessages(fam, 120)
+		for dir, msgs := range map[string][][]byte{"request": reqs, "response": resps} {
+			t.Run(fam+"-"+dir, func(t *testing.T) {
+				e, err := c.NewEncoder()
+				require.NoError(t, err)
+				d, err := c.NewDecoder(Limits{})
+				require.NoError(t, err)
+				var raw, coded int
+				for i, m := range msgs {
+					p, err := e.Encode(nil, m)
+					require.NoError(t, err)
+					require.LessOrEqual(t, len(p), len(m)+MaxExpansion, "message %d", i)
+					out, err := d.Decode(nil, p)
+					require.NoError(t, err, "message %d", i)
+					require.Equal(t, m, out, "message %d", i)
+					require.Equal(t, e.(*TokenEncoder).Digest(), d.(*TokenDecoder).Digest(), "message %d", i)
+					raw += len(m)
+					coded += len(p)
+				}
+				t.Logf("%d messages, %.2f %% of raw, %.1f B/msg", len(msgs), 100*float64(coded)/float64(max(raw, 1)), float64(coded)/float64(max(len(msgs), 1)))
+			})
+		}
+	}
+}
+
+func TestTokenAnnouncement(t *testing.T) {
+	c, err := NewToken()
+	require.NoError(t, err)
+	e, _ := c.NewEncoder()
+	msg := []byte("<a>1</a>")
+	first, err := e.Encode(nil, msg)
+	require.NoError(t, err)
+	second, err := e.Encode(nil, msg)
+	require.NoError(t, err)
+	require.NotZero(t, first[0]&tokenAnnounce, "the first payload announces the dictionary budget")
+	require.Zero(t, second[0]&tokenAnnounce)
+
+	d, _ := c.NewDecoder(Limits{})
+	_, err = d.Decode(nil, second)
+	require.ErrorIs(t, err, ErrCorrupt, "a payload before the announcement")
+
+	d, _ = c.NewDecoder(Limits{})
+	_, err = d.Decode(nil, first)
+	require.NoError(t, err)
+	_, err = d.Decode(nil, first)
+	require.ErrorIs(t, err, ErrCorrupt, "a second announcement")
+
+	huge := append([]byte{tokenAnnounce}, binary.AppendUvarint(nil, 1<<40)...)
+	d, _ = c.NewDecoder(Limits{})
+	_, err = d.Decode(nil, huge)
+	require.ErrorIs(t, err, ErrCorrupt, "a budget over 64 MiB is refused")
+
+	for _, p := range [][]byte{{}, {0x42}, {tokenAnnounce}} {
+		d, _ = c.NewDecoder(Limits{})
+		_, err = d.Decode(nil, p)
+		require.ErrorIs(t, err, ErrCorrupt)
+	}
+}
+
+// The decoder's cap holds for the head and the body together.
+func TestTokenLimit(t *testing.T) {
+	c, _ := NewToken()
+	e, _ := c.NewEncoder()
+	msg := make([]byte, 5000)
+	for i := range msg {
+		msg[i] = "<a>bcd</a>"[i%10]
+	}
+	p, err := e.Encode(nil, msg)
+	require.NoError(t, err)
+	d, _ := c.NewDecoder(Limits{MaxMessage: 4999})
+	_, err = d.Decode(nil, p)
+	require.ErrorIs(t, err, ErrTooLarge)
+}
+
+func TestPolicy(t *testing.T) {
+	all := func(uint8) bool { return true }
+	none := func(id uint8) bool { return id == 0 }
+	only := func(ids ...ID) func(uint8) bool {
+		return func(id uint8) bool {
+			for _, x := range ids {
+				if uint8(x) == id {
+					return true
+				}
+			}
+			return id == 0
+		}
+	}
+	xml := append((&envelope.Request{Method: "POST", Target: "/", ContentLength: 4}).Append(nil), " <a/>"...)
+	mtom := append((&envelope.Request{Method: "POST", Target: "/", ContentLength: 4}).Append(nil), "--uuid:1\r\n"...)
+	empty := (&envelope.Request{Method: "GET", Target: "/?wsdl", ContentLength: -1}).Append(nil)
+	for _, tc := range []struct {
+		policy string
+		min    int
+		msg    []byte
+		peer   func(uint8) bool
+		want   ID
+	}{
+		{"auto", 0, xml, all, Token},
+		{"auto", 0, []byte("\xef\xbb\xbf<?xml?><a/>"), all, Token},
+		{"auto", 0, empty, all, Token},
+		{"auto", 0, mtom, all, ZstdStream},
+		{"auto", 0, []byte{0, 1, 2}, all, ZstdStream},
+		{"auto", 1000, xml, all, Identity},
+		{"auto", 0, xml, only(Gzip), Gzip},
+		{"auto", 0, xml, none, Identity},
+		{"gzip", 0, xml, all, Gzip},
+		{"zstd", 0, mtom, all, Zstd},
+		{"token", 0, xml, only(Zstd, Gzip), Zstd},
+		{"identity", 0, xml, all, Identity},
+	} {
+		p, err := NewPolicy(tc.policy, tc.min)
+		require.NoError(t, err)
+		require.Equal(t, uint8(tc.want), p.Choose(tc.msg, tc.peer), "%s on %q", tc.policy, tc.msg)
+	}
+	_, err := NewPolicy("brotli", 0)
+	require.Error(t, err)
+}
