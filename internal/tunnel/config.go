@@ -11,8 +11,24 @@ import (
 type Config struct {
 	// Node is this gateway's identity, sent in HELLO and used in the peer's logs and metrics.
 	Node string
-	// Codecs are the codec ids this side can decode (0, identity, is always implied).
-	Codecs []uint8
+	// Codecs are the message codecs this side implements, to encode and to decode; their ids
+	// (1..127, unique) go into HELLO. Identity (id 0) is built in and always implied.
+	Codecs []MessageCodec
+	// Encoding chooses the codec of each outgoing message (Stream.SetEncoding overrides it
+	// per stream). nil: every message is sent as identity, as without codecs.
+	Encoding Encoding
+	// MaxCodedMessage is the largest message that is buffered and coded whole (default
+	// 1 MiB), and the largest decoded message this side accepts (announced in HELLO as
+	// max_coded). A sender codes only messages of at most min(own, peer's); larger or
+	// flushed messages stream as identity.
+	MaxCodedMessage int
+	// CodecRetention bounds the bytes of sent coded messages kept until the peer
+	// acknowledges them, for a resend if the peer cannot decode them (default 8 MiB, or
+	// MaxCodedMessage if larger). Each message also costs 1 KiB for its stream, which is
+	// kept until then too. When full, new messages go identity.
+	CodecRetention int
+	// CodecName names a codec id in metrics (default "codec-<id>"; id 0 is "identity").
+	CodecName func(id uint8) string
 	// MaxFrame is the largest frame payload this side accepts (default 64 KiB).
 	MaxFrame uint32
 	// FrameData is the most message bytes a sender puts in one DATA frame (default 16 KiB).
@@ -46,6 +62,8 @@ func DefaultConfig() *Config {
 		KeepaliveInterval: 15 * time.Second,
 		KeepaliveTimeout:  10 * time.Second,
 		WriteTimeout:      30 * time.Second,
+		MaxCodedMessage:   1 << 20,
+		CodecRetention:    8 << 20,
 	}
 }
 
@@ -80,6 +98,12 @@ func (c *Config) withDefaults() *Config {
 	if out.WriteTimeout == 0 {
 		out.WriteTimeout = d.WriteTimeout
 	}
+	if out.MaxCodedMessage == 0 {
+		out.MaxCodedMessage = d.MaxCodedMessage
+	}
+	if out.CodecRetention == 0 {
+		out.CodecRetention = max(d.CodecRetention, out.MaxCodedMessage)
+	}
 	return &out
 }
 
@@ -95,16 +119,36 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("tunnel config: StreamWindow %d outside [MaxFrame=%d, 2^30]", c.StreamWindow, c.MaxFrame)
 	case c.KeepaliveInterval < 0 || c.KeepaliveTimeout < 0 || c.HandshakeTimeout < 0 || c.WriteTimeout < 0:
 		return fmt.Errorf("tunnel config: negative timeout")
+	case c.MaxCodedMessage < 0 || c.MaxCodedMessage > frame.MaxCodedLimit:
+		return fmt.Errorf("tunnel config: MaxCodedMessage %d outside [0, 2^30]", c.MaxCodedMessage)
+	case c.CodecRetention < c.MaxCodedMessage:
+		return fmt.Errorf("tunnel config: CodecRetention %d below MaxCodedMessage %d: the largest coded messages could never be retained", c.CodecRetention, c.MaxCodedMessage)
+	}
+	var seen [frame.MaxCodecID + 1]bool
+	for i, mc := range c.Codecs {
+		if mc == nil {
+			return fmt.Errorf("tunnel config: Codecs[%d] is nil", i)
+		}
+		id := mc.ID()
+		if id == 0 || id > frame.MaxCodecID {
+			return fmt.Errorf("tunnel config: Codecs[%d] has id %d outside [1, %d] (0 is identity, built in)", i, id, frame.MaxCodecID)
+		}
+		if seen[id] {
+			return fmt.Errorf("tunnel config: Codecs[%d]: codec id %d listed twice", i, id)
+		}
+		seen[id] = true
 	}
 	return nil
 }
 
 func (c *Config) hello() frame.Hello {
 	codecs := []uint8{0}
-	for _, id := range c.Codecs {
-		if id != 0 {
-			codecs = append(codecs, id)
-		}
+	var maxCoded uint32
+	for _, mc := range c.Codecs {
+		codecs = append(codecs, mc.ID())
+	}
+	if len(c.Codecs) > 0 {
+		maxCoded = uint32(c.MaxCodedMessage)
 	}
 	return frame.Hello{
 		Proto:      frame.Proto,
@@ -113,5 +157,6 @@ func (c *Config) hello() frame.Hello {
 		MaxFrame:   c.MaxFrame,
 		Window:     c.StreamWindow,
 		MaxStreams: c.MaxStreams,
+		MaxCoded:   maxCoded,
 	}
 }

@@ -31,7 +31,19 @@ func tlsPair(t *testing.T) (net.Conn, net.Conn) { return testutil.TLSPair(t) }
 // sessionPair runs the handshake on a fresh pair and closes both sessions at test end.
 func sessionPair(t *testing.T, pair connPair, ccfg, scfg *Config) (client, server *Session) {
 	t.Helper()
+	return sessionPairMetrics(t, pair, ccfg, scfg, nil, nil)
+}
+
+// sessionPairMetrics is sessionPair with metrics for each side (the client labels its
+// peer "test", the server by the client's node name).
+func sessionPairMetrics(t *testing.T, pair connPair, ccfg, scfg *Config, cm, sm *Metrics) (client, server *Session) {
+	t.Helper()
 	c, s := pair(t)
+	return sessionsOn(t, c, s, ccfg, scfg, cm, sm)
+}
+
+func sessionsOn(t *testing.T, c, s net.Conn, ccfg, scfg *Config, cm, sm *Metrics) (client, server *Session) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	type res struct {
@@ -40,10 +52,10 @@ func sessionPair(t *testing.T, pair connPair, ccfg, scfg *Config) (client, serve
 	}
 	ch := make(chan res, 1)
 	go func() {
-		ss, err := ServerSession(ctx, s, scfg, nil)
+		ss, err := ServerSession(ctx, s, scfg, sm)
 		ch <- res{ss, err}
 	}()
-	cs, err := ClientSession(ctx, c, ccfg, nil, "test")
+	cs, err := ClientSession(ctx, c, ccfg, cm, "test")
 	require.NoError(t, err)
 	r := <-ch
 	require.NoError(t, r.err)

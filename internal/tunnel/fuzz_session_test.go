@@ -51,6 +51,26 @@ func fuzzSeeds() [][]byte {
 	b = appendFrame(b, frame.TypeWindowUpdate, 0, 99, frame.AppendWindowUpdate(nil, 1<<31-1))
 	b = appendFrame(b, frame.TypeRSTStream, 0, 101, frame.AppendRST(nil, frame.CodeRefused, ""))
 	seeds = append(seeds, b)
+	// Coded messages (delta codec): whole, split, with a piggybacked ack the session does
+	// not owe (a protocol error), one that fails to decode and breaks the epoch, one of
+	// the next epoch, an unknown codec, and acknowledgement frames.
+	var enc rawEncoder
+	b = enc.message(nil, 1, 1, 0, msg)
+	payload, _ := enc.enc.Encode(nil, msg)
+	b = codedMessage(b, 3, deltaID, 1, 0, payload, sum, 7)
+	b = codedMessage(b, 5, deltaID, 1, 0, []byte{0xff, 1, 2}, sum, 0)
+	b = enc.message(b, 7, 1, 0, msg)
+	var enc2 rawEncoder
+	b = enc2.message(b, 9, 2, 0, msg)
+	b = codedMessage(b, 11, 9, 2, 0, msg, sum, 0)
+	b = appendFrame(b, frame.TypeCodecNack, 0, 9, frame.AppendCodecNack(nil, 2, "decode"))
+	b = appendFrame(b, frame.TypeCodecAck, 0, 0, frame.AppendCodecAck(nil, 1))
+	seeds = append(seeds, b, enc2.message(nil, 1, 1, 3, msg))
+	b = enc.message(nil, 1, 1, 0, msg)
+	b = appendFrame(b, frame.TypeData, frame.FlagStart, 3, frame.Preamble{Codec: deltaID, Epoch: 1}.Append(nil))
+	b = wholeMessage(b, 5, msg) // inside the coded message of stream 3
+	seeds = append(seeds, b)
+
 	// Protocol violations.
 	seeds = append(seeds,
 		dataFrame(nil, 5, false, false, msg, 0),
@@ -71,9 +91,15 @@ func FuzzSessionInput(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const maxStreams, window = 8, 64 << 10
-		cfg := &Config{MaxStreams: maxStreams, StreamWindow: window, KeepaliveInterval: 0, WriteTimeout: 2 * time.Second}
+		// Coded messages are decoded up to MaxCodedMessage = window, so a stream still
+		// holds at most a window's worth of message bytes.
+		// The raw peer never acknowledges the session's coded responses: their streams
+		// linger, outside max_streams but within CodecRetention.
+		const retention = 64 * retainOverhead // = window: at least MaxCodedMessage
+		cfg := &Config{MaxStreams: maxStreams, StreamWindow: window, KeepaliveInterval: 0, WriteTimeout: 2 * time.Second,
+			Codecs: []MessageCodec{deltaCodec{}}, Encoding: preferDelta, MaxCodedMessage: window, CodecRetention: retention}
 		raw, conn := net.Pipe()
-		s, err := rawServerSession(t, raw, conn, cfg, rawHello())
+		s, err := rawServerSession(t, raw, conn, cfg, codedHello())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +111,7 @@ func FuzzSessionInput(f *testing.F) {
 		_, _ = raw.Write(in) // fails early if the session gave up on the input: fine
 
 		s.mu.Lock()
-		n, buffered := len(s.streams), 0
+		n, buffered, lingering := len(s.streams), 0, s.lingering
 		streams := make([]*Stream, 0, n)
 		for _, st := range s.streams {
 			streams = append(streams, st)
@@ -94,8 +120,11 @@ func FuzzSessionInput(f *testing.F) {
 		for _, st := range streams {
 			buffered += bufferedForTest(st)
 		}
-		if n > maxStreams || buffered > maxStreams*window {
-			t.Fatalf("%d streams, %d bytes buffered: beyond max_streams × window", n, buffered)
+		if n-lingering > maxStreams || buffered > maxStreams*window {
+			t.Fatalf("%d streams (%d lingering), %d bytes buffered: beyond max_streams × window", n, lingering, buffered)
+		}
+		if lingering > retention/retainOverhead {
+			t.Fatalf("%d streams lingering: beyond CodecRetention", lingering)
 		}
 
 		closed := make(chan struct{})

@@ -1,6 +1,9 @@
 package tunnel
 
 import (
+	"fmt"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/soapgw/soapgw/internal/tunnel/frame"
@@ -18,7 +21,43 @@ type Metrics struct {
 	checksum *prometheus.CounterVec
 	stalls   *prometheus.CounterVec
 	dials    *prometheus.CounterVec
+
+	codecMessages *prometheus.CounterVec
+	codecRaw      *prometheus.CounterVec
+	codecPayload  *prometheus.CounterVec
+	resyncs       *prometheus.CounterVec
+	resends       *prometheus.CounterVec
+	fallbacks     *prometheus.CounterVec
+	nackErrors    *prometheus.CounterVec
+	retained      *prometheus.GaugeVec
+	epoch         *prometheus.GaugeVec
+	codecSeconds  *prometheus.HistogramVec
+
+	epochMu sync.Mutex
+	epochs  map[string]map[*Session]uint64 // send epoch of every live session, by peer label
 }
+
+// Fallback reasons: why a message that could have been coded went identity.
+const (
+	fbTooLarge = iota
+	fbFlushed
+	fbWindow
+	fbRetentionFull
+	fbEncodeError
+	numFallbacks
+)
+
+var fallbackNames = [numFallbacks]string{"too_large", "flushed", "window", "retention_full", "encode_error"}
+
+// Resync reasons: why the receiver rejected a coded message (and sent CODEC_NACK).
+const (
+	rsDecode = iota
+	rsChecksum
+	rsStaleEpoch
+	numResyncs
+)
+
+var resyncNames = [numResyncs]string{"decode", "checksum", "stale_epoch"}
 
 // NewMetrics creates the tunnel collectors and registers them on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
@@ -48,37 +87,111 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_dials_total", Help: "Tunnel connection attempts by result (ok, error).",
 		}, []string{"peer", "result"}),
+
+		codecMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_messages_total",
+			Help: "Messages sent and received over the tunnel, by the codec they travelled in (identity included; a resend counts again).",
+		}, []string{"peer", "direction", "codec"}),
+		codecRaw: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_raw_bytes_total",
+			Help: "Original (decoded) message bytes sent and received, by codec.",
+		}, []string{"peer", "direction", "codec"}),
+		codecPayload: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_payload_bytes_total",
+			Help: "Coded message bytes on the wire (preamble and trailer excluded), by codec; raw/payload is the compression ratio.",
+		}, []string{"peer", "direction", "codec"}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_resyncs_total",
+			Help: "Coded messages this side could not take and asked the peer to resend (CODEC_NACK), by reason.",
+		}, []string{"peer", "reason"}),
+		resends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_resends_total",
+			Help: "Coded messages the peer rejected and this side resent as identity.",
+		}, []string{"peer"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_fallbacks_total",
+			Help: "Messages sent as identity although an encoding was configured, by reason.",
+		}, []string{"peer", "reason"}),
+		nackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_nack_errors_total",
+			Help: "CODEC_NACKs for no message awaiting acknowledgement (a peer bug); the stream is reset.",
+		}, []string{"peer"}),
+		retained: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "soapgw_tunnel_codec_retained_bytes",
+			Help: "Bytes of sent coded messages kept until the peer acknowledges them.",
+		}, []string{"peer"}),
+		epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "soapgw_tunnel_codec_epoch",
+			Help: "Highest codec state epoch among the peer's live sessions (1 = never resynchronized since connecting).",
+		}, []string{"peer"}),
+		codecSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "soapgw_tunnel_codec_seconds",
+			Help:    "Time to encode or decode one coded message.",
+			Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1},
+		}, []string{"peer", "op"}),
+		epochs: map[string]map[*Session]uint64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials)
+		reg.MustRegister(m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials,
+			m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.nackErrors,
+			m.retained, m.epoch, m.codecSeconds)
 	}
 	return m
 }
 
 var discardMetrics = NewMetrics(nil)
 
+// numFrameSlots counts frames by type: one slot per known type, the last for unknown ones.
+const numFrameSlots = int(frame.TypeCodecNack) + 2
+
 // sessionMetrics are one session's collectors with labels resolved once, so the hot path
 // pays an atomic add, not a label lookup.
 type sessionMetrics struct {
 	up, streams       prometheus.Gauge
 	rtt               prometheus.Observer
-	sent, received    [7]prometheus.Counter // by frame type; the last slot counts unknown types
+	sent, received    [numFrameSlots]prometheus.Counter // by frame type; the last slot counts unknown types
 	bytesOut, bytesIn prometheus.Counter
 	checksum, stalls  prometheus.Counter
+
+	parent *Metrics
+	peer   string
+	// Per codec id (0 = identity), resolved for identity and the local codecs: only those
+	// are ever sent or decoded.
+	codecSent, codecRecv [frame.MaxCodecID + 1]*codecCounters
+	resyncs              [numResyncs]prometheus.Counter
+	fallbacks            [numFallbacks]prometheus.Counter
+	resends, nackErrors  prometheus.Counter
+	retained             prometheus.Gauge
+	encodeSec, decodeSec prometheus.Observer
 }
 
-func (m *Metrics) session(peer string) *sessionMetrics {
+type codecCounters struct{ messages, raw, payload prometheus.Counter }
+
+func (c *codecCounters) add(raw, payload int) {
+	c.messages.Inc()
+	c.raw.Add(float64(raw))
+	c.payload.Add(float64(payload))
+}
+
+func (m *Metrics) session(peer string, cfg *Config) *sessionMetrics {
 	if m == nil {
 		m = discardMetrics
 	}
 	sm := &sessionMetrics{
-		up:       m.sessions.WithLabelValues(peer),
-		streams:  m.streams.WithLabelValues(peer),
-		rtt:      m.rtt.WithLabelValues(peer),
-		bytesOut: m.bytes.WithLabelValues(peer, "out"),
-		bytesIn:  m.bytes.WithLabelValues(peer, "in"),
-		checksum: m.checksum.WithLabelValues(peer),
-		stalls:   m.stalls.WithLabelValues(peer),
+		up:         m.sessions.WithLabelValues(peer),
+		streams:    m.streams.WithLabelValues(peer),
+		rtt:        m.rtt.WithLabelValues(peer),
+		bytesOut:   m.bytes.WithLabelValues(peer, "out"),
+		bytesIn:    m.bytes.WithLabelValues(peer, "in"),
+		checksum:   m.checksum.WithLabelValues(peer),
+		stalls:     m.stalls.WithLabelValues(peer),
+		parent:     m,
+		peer:       peer,
+		resends:    m.resends.WithLabelValues(peer),
+		nackErrors: m.nackErrors.WithLabelValues(peer),
+		retained:   m.retained.WithLabelValues(peer),
+		encodeSec:  m.codecSeconds.WithLabelValues(peer, "encode"),
+		decodeSec:  m.codecSeconds.WithLabelValues(peer, "decode"),
 	}
 	for i := range sm.sent {
 		name := "other"
@@ -88,12 +201,67 @@ func (m *Metrics) session(peer string) *sessionMetrics {
 		sm.sent[i] = m.frames.WithLabelValues(peer, "out", name)
 		sm.received[i] = m.frames.WithLabelValues(peer, "in", name)
 	}
+	for i := range sm.resyncs {
+		sm.resyncs[i] = m.resyncs.WithLabelValues(peer, resyncNames[i])
+	}
+	for i := range sm.fallbacks {
+		sm.fallbacks[i] = m.fallbacks.WithLabelValues(peer, fallbackNames[i])
+	}
+	counters := func(dir, name string) *codecCounters {
+		return &codecCounters{
+			messages: m.codecMessages.WithLabelValues(peer, dir, name),
+			raw:      m.codecRaw.WithLabelValues(peer, dir, name),
+			payload:  m.codecPayload.WithLabelValues(peer, dir, name),
+		}
+	}
+	sm.codecSent[0], sm.codecRecv[0] = counters("sent", "identity"), counters("received", "identity")
+	for _, mc := range cfg.Codecs {
+		id := mc.ID()
+		name := fmt.Sprintf("codec-%d", id)
+		if cfg.CodecName != nil {
+			if n := cfg.CodecName(id); n != "" {
+				name = n
+			}
+		}
+		sm.codecSent[id], sm.codecRecv[id] = counters("sent", name), counters("received", name)
+	}
 	return sm
 }
 
-func (sm *sessionMetrics) countFrame(c *[7]prometheus.Counter, b []byte) {
-	c[min(int(b[3]), len(c)-1)].Inc()
-	sm.bytesOut.Add(float64(len(b)))
+func (sm *sessionMetrics) countFrame(c *[numFrameSlots]prometheus.Counter, b []byte) {
+	sm.countFrameOf(c, frame.Type(b[3]), len(b))
+}
+
+func (sm *sessionMetrics) countFrameOf(c *[numFrameSlots]prometheus.Counter, t frame.Type, n int) {
+	c[min(int(t), len(c)-1)].Inc()
+	sm.bytesOut.Add(float64(n))
+}
+
+// setEpoch records session s's send epoch (0: s is gone) and publishes the highest epoch
+// among the peer's live sessions, so several connections to one peer do not overwrite
+// each other's value.
+func (sm *sessionMetrics) setEpoch(s *Session, epoch uint64) {
+	m := sm.parent
+	m.epochMu.Lock()
+	defer m.epochMu.Unlock()
+	byS := m.epochs[sm.peer]
+	if byS == nil {
+		byS = map[*Session]uint64{}
+		m.epochs[sm.peer] = byS
+	}
+	if epoch == 0 {
+		delete(byS, s)
+	} else {
+		byS[s] = epoch
+	}
+	var top uint64
+	for _, e := range byS {
+		top = max(top, e)
+	}
+	if len(byS) == 0 {
+		delete(m.epochs, sm.peer)
+	}
+	m.epoch.WithLabelValues(sm.peer).Set(float64(top))
 }
 
 func (m *Metrics) dial(peer string, ok bool) {

@@ -38,9 +38,38 @@ type Session struct {
 	goAwaySent bool
 	goAwayRecv bool
 	ctrlQ      [][]byte  // control frames, written before any DATA
-	ring       []*Stream // streams with pending DATA frames, served one frame each in turn
+	ring       []*Stream // streams with pending DATA frames or a coded message, served one item each in turn
 	ringHead   int
 	numOpen    int // streams opened by this side and not yet finished
+	lingering  int // streams whose exchange is over, kept until their coded message is acknowledged
+
+	// Codecs (codec.go). Fixed after the handshake:
+	codecs        [frame.MaxCodecID + 1]MessageCodec // local codecs by id
+	peerCodec     [frame.MaxCodecID + 1]bool         // ids the peer decodes
+	peerDecodesFn func(uint8) bool
+	codedLimit    int // largest message coded whole: min(MaxCodedMessage, peer's max_coded); 0: none
+	// Guarded by mu:
+	sendEpoch     uint64
+	retained      int            // CodecRetention bytes reserved by queued and unacknowledged coded messages
+	sent          []*sentCoded   // coded messages written and not yet acknowledged, oldest first
+	sentHead      int            // sent[:sentHead] are acknowledged
+	sentByID      map[uint32]*sentCoded
+	acksPending   uint64 // coded messages received and processed, not yet acknowledged
+	ackArmed      bool
+	ackTimer      *time.Timer
+	resendsActive int // identity sends running on their own goroutine (sendIdentity)
+	// Owned by sendLoop:
+	encs       [frame.MaxCodecID + 1]MessageEncoder
+	encEpoch   uint64
+	encBuf     []byte
+	hdrBuf     []byte
+	trailerBuf [frame.TrailerLen]byte
+	// Owned by recvLoop:
+	asm        assembly
+	recvEpoch  atomic.Uint64 // written only by recvLoop; atomic so that tests can read it
+	recvBroken bool
+	decs       [frame.MaxCodecID + 1]MessageDecoder
+	ackScratch []*Stream
 
 	wsignal  chan struct{} // wakes sendLoop; capacity 1
 	acceptCh chan *Stream
@@ -116,7 +145,9 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m 
 	if peerLabel == "" {
 		peerLabel = s.peer.Node
 	}
-	s.m = m.session(peerLabel)
+	s.initCodecs()
+	s.m = m.session(peerLabel, cfg)
+	s.m.setEpoch(s, s.sendEpoch)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.lastRecv.Store(time.Now().UnixNano())
 	s.m.up.Inc()
@@ -191,6 +222,29 @@ func (s *Session) checkPeer() error {
 	return nil
 }
 
+// initCodecs sets up the codec state both ends start with: epoch 1, fresh encoders and
+// decoders, nothing retained.
+func (s *Session) initCodecs() {
+	shared := false
+	for _, mc := range s.cfg.Codecs {
+		s.codecs[mc.ID()] = mc
+	}
+	for _, id := range s.peer.Codecs {
+		if id != 0 && id <= frame.MaxCodecID {
+			s.peerCodec[id] = true
+			shared = shared || s.codecs[id] != nil
+		}
+	}
+	if shared {
+		s.codedLimit = min(s.cfg.MaxCodedMessage, int(s.peer.MaxCoded))
+	}
+	s.peerDecodesFn = s.peerDecodes
+	s.sendEpoch = 1
+	s.recvEpoch.Store(1)
+	s.sentByID = map[uint32]*sentCoded{}
+	s.hdrBuf = make([]byte, 0, 64)
+}
+
 // Peer returns the peer's HELLO.
 func (s *Session) Peer() frame.Hello { return s.peer }
 
@@ -210,7 +264,8 @@ func (s *Session) Context() context.Context { return s.ctx }
 // RTT is the round-trip time measured by the last keepalive PING (0 before the first).
 func (s *Session) RTT() time.Duration { return time.Duration(s.rtt.Load()) }
 
-// NumStreams is the number of streams in progress.
+// NumStreams is the number of streams in progress, including finished exchanges whose
+// coded message the peer has not acknowledged yet.
 func (s *Session) NumStreams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -241,7 +296,7 @@ func (s *Session) OpenStream(ctx context.Context) (*Stream, error) {
 	if s.goAwayRecv {
 		return nil, &refusedError{ErrGoAway}
 	}
-	if uint32(len(s.streams)+s.numOpen) >= s.peer.MaxStreams {
+	if uint32(len(s.streams)-s.lingering+s.numOpen) >= s.peer.MaxStreams {
 		return nil, &refusedError{ErrStreamLimit}
 	}
 	s.numOpen++
@@ -323,7 +378,12 @@ func (s *Session) closeWithError(err error) {
 			streams = append(streams, st)
 		}
 		s.streams = map[uint32]*Stream{}
+		s.lingering = 0
+		if s.ackTimer != nil {
+			s.ackTimer.Stop()
+		}
 		s.mu.Unlock()
+		s.m.setEpoch(s, 0)
 		serr := fmt.Errorf("%w: %w", ErrSessionClosed, err)
 		if errors.Is(err, ErrSessionClosed) {
 			serr = err
@@ -331,6 +391,12 @@ func (s *Session) closeWithError(err error) {
 		for _, st := range streams {
 			st.fail(serr, false)
 		}
+		// Messages awaiting acknowledgement can no longer be resent.
+		s.mu.Lock()
+		clear(s.sent)
+		s.sent, s.sentHead, s.sentByID = nil, 0, map[uint32]*sentCoded{}
+		s.releaseLocked(s.retained)
+		s.mu.Unlock()
 	})
 }
 
@@ -344,18 +410,26 @@ var errControlFlood = errors.New("tunnel: peer provoked more than 1024 queued co
 
 // sendControl queues a control frame ahead of all DATA.
 func (s *Session) sendControl(t frame.Type, fl frame.Flags, id uint32, payload []byte) {
-	b := make([]byte, 0, frame.HeaderLen+len(payload))
-	b = frame.Header{Length: uint32(len(payload)), Type: t, Flags: fl, StreamID: id}.Append(b)
-	b = append(b, payload...)
 	s.mu.Lock()
+	s.sendControlLocked(t, fl, id, payload)
+	s.mu.Unlock()
+	s.wake()
+}
+
+// sendControlLocked queues a control frame; s.mu is held and the caller wakes sendLoop.
+func (s *Session) sendControlLocked(t frame.Type, fl frame.Flags, id uint32, payload []byte) {
 	if len(s.ctrlQ) >= maxQueuedControl {
-		s.mu.Unlock()
 		go s.closeWithError(errControlFlood)
 		return
 	}
-	s.ctrlQ = append(s.ctrlQ, b)
-	s.mu.Unlock()
-	s.wake()
+	s.ctrlQ = append(s.ctrlQ, ctrlFrame(t, fl, id, payload))
+}
+
+// ctrlFrame builds a right-sized control frame.
+func ctrlFrame(t frame.Type, fl frame.Flags, id uint32, payload []byte) []byte {
+	b := make([]byte, 0, frame.HeaderLen+len(payload))
+	b = frame.Header{Length: uint32(len(payload)), Type: t, Flags: fl, StreamID: id}.Append(b)
+	return append(b, payload...)
 }
 
 func (s *Session) wake() {
@@ -365,28 +439,12 @@ func (s *Session) wake() {
 	}
 }
 
-// enqueueData hands a DATA frame of st to the writer. The first frame of a locally opened
-// stream gets its id here, under the same lock that appends it to the ring, so ids reach
-// the wire in increasing order as the peer requires.
+// enqueueData hands a DATA frame of st to the writer.
 func (s *Session) enqueueData(st *Stream, build func(id uint32) []byte) error {
 	s.mu.Lock()
-	if err := context.Cause(s.ctx); err != nil {
+	if err := s.assignIDLocked(st); err != nil {
 		s.mu.Unlock()
-		if st.id == 0 {
-			return &refusedError{fmt.Errorf("%w: %w", ErrSessionClosed, err)}
-		}
-		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
-	}
-	if st.id == 0 {
-		if s.goAwayRecv {
-			s.mu.Unlock()
-			return &refusedError{ErrGoAway}
-		}
-		st.id = s.nextID
-		s.nextID += 2
-		s.numOpen--
-		s.streams[st.id] = st
-		s.m.streams.Inc()
+		return err
 	}
 	st.pending = append(st.pending, build(st.id))
 	if !st.inRing {
@@ -398,8 +456,40 @@ func (s *Session) enqueueData(st *Stream, build func(id uint32) []byte) error {
 	return nil
 }
 
-// next takes the queued control frames and at most one DATA frame, round-robin by stream.
-func (s *Session) next(ctrl [][]byte) ([][]byte, []byte) {
+// assignIDLocked checks that st may still send and gives a locally opened stream its id
+// with its first frame, under the same lock that appends the frame to the ring, so ids
+// reach the wire in increasing order as the peer requires.
+func (s *Session) assignIDLocked(st *Stream) error {
+	if err := context.Cause(s.ctx); err != nil {
+		if st.id == 0 {
+			return &refusedError{fmt.Errorf("%w: %w", ErrSessionClosed, err)}
+		}
+		return fmt.Errorf("%w: %w", ErrSessionClosed, err)
+	}
+	if st.id == 0 {
+		if s.goAwayRecv {
+			return &refusedError{ErrGoAway}
+		}
+		st.id = s.nextID
+		s.nextID += 2
+		s.numOpen--
+		s.streams[st.id] = st
+		s.m.streams.Inc()
+	}
+	return nil
+}
+
+// outItem is what sendLoop writes next after the control frames: a built DATA frame or a
+// coded message to encode, and acknowledgements to piggyback on its START preamble.
+type outItem struct {
+	data  []byte
+	coded *codedMsg
+	ack   uint64
+	epoch uint64 // for coded
+}
+
+// next takes the queued control frames and at most one DATA item, round-robin by stream.
+func (s *Session) next(ctrl [][]byte) ([][]byte, outItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctrl = append(ctrl[:0], s.ctrlQ...)
@@ -409,18 +499,29 @@ func (s *Session) next(ctrl [][]byte) ([][]byte, []byte) {
 		st := s.ring[s.ringHead]
 		s.ring[s.ringHead] = nil
 		s.ringHead++
-		if len(st.pending) == 0 { // reset while queued
+		var it outItem
+		var start bool
+		switch {
+		case st.coded != nil:
+			it.coded, it.epoch, start = st.coded, s.sendEpoch, true
+			st.coded = nil
+		case len(st.pending) > 0:
+			it.data = st.pending[0]
+			start = frame.Flags(it.data[4]).Has(frame.FlagStart)
+			st.pending[0] = nil
+			st.pending = st.pending[1:]
+		default: // reset while queued
 			st.inRing = false
 			continue
 		}
-		data := st.pending[0]
-		st.pending[0] = nil
-		st.pending = st.pending[1:]
-		if len(st.pending) > 0 {
+		if len(st.pending) > 0 || st.coded != nil {
 			s.ring = append(s.ring, st)
 		} else {
 			st.pending = nil
 			st.inRing = false
+		}
+		if start && s.acksPending > 0 {
+			it.ack, s.acksPending = s.acksPending, 0
 		}
 		if s.ringHead > 64 && s.ringHead*2 > len(s.ring) {
 			// Under constant load the ring never empties: compact it so it cannot grow.
@@ -428,10 +529,10 @@ func (s *Session) next(ctrl [][]byte) ([][]byte, []byte) {
 			clear(s.ring[n:])
 			s.ring, s.ringHead = s.ring[:n], 0
 		}
-		return ctrl, data
+		return ctrl, it
 	}
 	s.ring, s.ringHead = s.ring[:0], 0
-	return ctrl, nil
+	return ctrl, outItem{}
 }
 
 // sendLoop is the connection's only writer. It drains everything queued into the buffered
@@ -440,7 +541,7 @@ func (s *Session) next(ctrl [][]byte) ([][]byte, []byte) {
 func (s *Session) sendLoop() {
 	defer s.wg.Done()
 	var ctrl [][]byte
-	var data []byte
+	var it outItem
 	for {
 		select {
 		case <-s.wsignal:
@@ -449,8 +550,8 @@ func (s *Session) sendLoop() {
 		}
 		_ = s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		for {
-			ctrl, data = s.next(ctrl)
-			if len(ctrl) == 0 && data == nil {
+			ctrl, it = s.next(ctrl)
+			if len(ctrl) == 0 && it.data == nil && it.coded == nil {
 				break
 			}
 			for i, b := range ctrl {
@@ -459,10 +560,17 @@ func (s *Session) sendLoop() {
 				}
 				ctrl[i] = nil
 			}
-			if data != nil {
-				if err := s.write(data); err != nil {
-					return
-				}
+			var err error
+			switch {
+			case it.coded != nil:
+				err = s.writeCoded(it)
+			case it.ack > 0:
+				err = s.writeWithAck(it.data, it.ack)
+			case it.data != nil:
+				err = s.write(it.data)
+			}
+			if err != nil {
+				return
 			}
 		}
 		if err := s.bw.Flush(); err != nil {
@@ -484,10 +592,19 @@ func (s *Session) sendLoop() {
 	}
 }
 
+// queueEmpty reports whether everything is written and settled: no frame queued, every
+// coded message acknowledged (a rejected one could not be resent after the close), no
+// resend running, and our own acknowledgements sent (queued now if pending).
 func (s *Session) queueEmpty() bool {
 	s.mu.Lock()
+	if s.acksPending > 0 {
+		s.queueAckLocked()
+		s.mu.Unlock()
+		s.wake()
+		return false
+	}
 	defer s.mu.Unlock()
-	return len(s.ctrlQ) == 0 && s.ringHead == len(s.ring)
+	return len(s.ctrlQ) == 0 && s.ringHead == len(s.ring) && s.sentHead == len(s.sent) && s.resendsActive == 0
 }
 
 func (s *Session) write(b []byte) error {
@@ -613,6 +730,21 @@ func (s *Session) handle(h frame.Header, p []byte) (retained bool, err error) {
 		s.handleGoAway(last, code, reason)
 	case frame.TypeHello:
 		return false, fmt.Errorf("%w: HELLO after handshake", frame.ErrBadPayload)
+	case frame.TypeCodecAck:
+		if h.StreamID != 0 {
+			return false, fmt.Errorf("%w: CODEC_ACK on stream %d", frame.ErrBadPayload, h.StreamID)
+		}
+		n, err := frame.ParseCodecAck(p)
+		if err != nil {
+			return false, err
+		}
+		return false, s.handleAcks(n)
+	case frame.TypeCodecNack:
+		epoch, _, err := frame.ParseCodecNack(p)
+		if err != nil {
+			return false, err
+		}
+		return false, s.handleNack(h.StreamID, epoch)
 	}
 	return false, nil // unknown types are ignored (SPEC.md)
 }
@@ -645,9 +777,29 @@ func (s *Session) stream(id uint32) *Stream {
 }
 
 func (s *Session) handleData(h frame.Header, p []byte) (retained bool, err error) {
+	if s.asm.active {
+		return false, s.continueCoded(h, p)
+	}
 	if h.StreamID == 0 {
 		return false, fmt.Errorf("%w: DATA on stream 0", frame.ErrBadPayload)
 	}
+	// Parse the preamble before anything else: its ack field counts whatever becomes of
+	// the stream, and a coded message must be decoded even for a stream gone here.
+	data, credit := p, int64(len(p))
+	var pre frame.Preamble
+	start := h.Flags.Has(frame.FlagStart)
+	if start {
+		if pre, data, err = frame.ParsePreamble(p); err != nil {
+			return false, err
+		}
+		if pre.Ack > 0 {
+			if err := s.handleAcks(pre.Ack); err != nil {
+				return false, err
+			}
+			credit -= int64(pre.AckLen()) // control data, not flow-controlled
+		}
+	}
+	coded := start && pre.Codec != 0
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		// closeWithError has failed every stream; recvLoop may still be working through
@@ -661,14 +813,17 @@ func (s *Session) handleData(h frame.Header, p []byte) (retained bool, err error
 		if !peerParity || h.StreamID <= s.lastPeerID {
 			// A late frame for a stream that is already finished or reset here.
 			s.mu.Unlock()
+			if coded {
+				return false, s.startCoded(h, nil, pre, data, credit)
+			}
 			return false, nil
 		}
-		if !h.Flags.Has(frame.FlagStart) {
+		if !start {
 			s.mu.Unlock()
 			return false, fmt.Errorf("%w: stream %d opened without START", frame.ErrBadPayload, h.StreamID)
 		}
 		s.lastPeerID = h.StreamID
-		refuse := s.goAwaySent || uint32(len(s.streams)) >= s.local.MaxStreams
+		refuse := s.goAwaySent || uint32(len(s.streams)-s.lingering) >= s.local.MaxStreams
 		if !refuse {
 			st = newStream(s, h.StreamID, s.peer.Window)
 			s.streams[h.StreamID] = st
@@ -677,23 +832,46 @@ func (s *Session) handleData(h frame.Header, p []byte) (retained bool, err error
 				s.m.streams.Inc()
 			default:
 				delete(s.streams, h.StreamID)
-				refuse = true
+				st, refuse = nil, true
 			}
 		}
 		s.mu.Unlock()
 		if refuse {
 			s.sendControl(frame.TypeRSTStream, 0, h.StreamID, frame.AppendRST(nil, frame.CodeRefused, "stream refused"))
+			if coded {
+				return false, s.startCoded(h, nil, pre, data, credit)
+			}
 			return false, nil
 		}
 	} else {
 		s.mu.Unlock()
 	}
-	return st.receive(h.Flags, p)
+	if coded {
+		return false, s.startCoded(h, st, pre, data, credit)
+	}
+	return st.receive(h.Flags, p, data, credit)
+}
+
+// linger keeps st, whose exchange is over, until its coded message is acknowledged. It
+// no longer counts against the stream limits: the peer has finished it.
+func (s *Session) linger(st *Stream) {
+	s.mu.Lock()
+	if !st.lingering && st.id != 0 && s.streams[st.id] == st {
+		st.lingering = true
+		s.lingering++
+	}
+	s.mu.Unlock()
 }
 
 // removeStream forgets a finished stream.
 func (s *Session) removeStream(st *Stream) {
 	s.mu.Lock()
+	if st.lingering {
+		st.lingering = false
+		if s.streams[st.id] == st {
+			s.lingering--
+		}
+	}
 	if st.id == 0 {
 		s.numOpen--
 	} else if s.streams[st.id] == st {

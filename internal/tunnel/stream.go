@@ -18,13 +18,19 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // A message is written with Write (buffered up to one frame), optionally Flush (push what
 // is buffered now, for streaming), and CloseWrite (last frame, with the CRC-32C trailer).
 // Read returns the peer's message and io.EOF once its checksum has been verified.
+//
+// With an Encoding in effect (Config.Encoding or SetEncoding), Write buffers the whole
+// message instead, up to the coded-message limit, and CloseWrite hands it to the session
+// to be coded; a message that grows past the limit, or is flushed, streams as identity.
 type Stream struct {
 	s  *Session
 	id uint32 // 0 until the first frame is queued (locally opened streams); guarded by s.mu
 
-	// Guarded by s.mu: the writer's queue of built frames.
-	pending [][]byte
-	inRing  bool
+	// Guarded by s.mu: the writer's queue of built frames, or the whole message to code.
+	pending   [][]byte
+	coded     *codedMsg
+	inRing    bool
+	lingering bool // counted in s.lingering
 
 	mu sync.Mutex
 
@@ -37,7 +43,8 @@ type Stream struct {
 	credit   uint32 // bytes consumed by Read and not yet returned with WINDOW_UPDATE
 	rerr     error
 	rsig     chan struct{}
-	codec    uint8
+	codec    uint8 // codec the message arrived in
+	rbytes   int   // message bytes received (identity)
 
 	// send side
 	swindow  int64
@@ -48,6 +55,16 @@ type Stream struct {
 	scrc     uint32
 	werr     error
 	finished bool
+
+	// coding
+	encoding     Encoding // from SetEncoding
+	encodingSet  bool
+	decided      bool // whether to code this message was decided (first Write, Flush or CloseWrite)
+	coding       bool // buffering the whole message in wbuf to code it at CloseWrite
+	sentBytes    int  // message bytes sent as identity
+	codedOut     bool // the coded message is queued or awaits the peer's ack
+	resending    bool // sendIdentity runs for this stream
+	finishWanted bool // the exchange is over; finish once codedOut and resending clear
 
 	readDL, writeDL *deadline
 }
@@ -102,16 +119,41 @@ func signal(c chan struct{}) {
 }
 
 // maxData is the most message bytes one frame carries: our FrameData, within the peer's
-// max_frame less room for the preamble and trailer.
+// max_frame less room for the preamble (with an ack, up to 21 bytes) and trailer.
 func (st *Stream) maxData() int {
 	n := st.s.cfg.FrameData
-	if lim := int(st.s.peer.MaxFrame) - 16; n > lim {
+	if lim := int(st.s.peer.MaxFrame) - 32; n > lim {
 		n = lim
 	}
 	return n
 }
 
-// Write buffers p into frames of the outgoing message.
+// SetEncoding overrides Config.Encoding for this stream's outgoing message (nil: send it
+// as identity). It takes effect only when called before the first Write, Flush or
+// CloseWrite.
+func (st *Stream) SetEncoding(e Encoding) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.decided {
+		st.encoding, st.encodingSet = e, true
+	}
+}
+
+// decideLocked fixes, at the first Write, Flush or CloseWrite, whether the message is
+// buffered whole to be coded: an Encoding is in effect and both sides share a codec.
+func (st *Stream) decideLocked() {
+	if st.decided {
+		return
+	}
+	st.decided = true
+	if !st.encodingSet {
+		st.encoding = st.s.cfg.Encoding
+	}
+	st.coding = st.encoding != nil && st.s.codedLimit > 0
+}
+
+// Write buffers p into frames of the outgoing message (or, while the message is to be
+// coded, into the whole message).
 func (st *Stream) Write(p []byte) (int, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -120,6 +162,22 @@ func (st *Stream) Write(p []byte) (int, error) {
 	}
 	if st.sdone {
 		return 0, ErrWriteClosed
+	}
+	st.decideLocked()
+	if st.coding {
+		if len(st.wbuf)+len(p) <= st.s.codedLimit {
+			if st.wbuf == nil {
+				st.wbuf = make([]byte, 0, max(len(p), 512))
+			}
+			st.wbuf = append(st.wbuf, p...)
+			return len(p), nil
+		}
+		// Too large to be coded whole: stream it as identity from here on.
+		st.coding = false
+		st.s.m.fallbacks[fbTooLarge].Inc()
+		if err := st.emitBufLocked(false, true); err != nil {
+			return 0, err
+		}
 	}
 	limit := st.maxData()
 	if st.wbuf == nil {
@@ -132,7 +190,7 @@ func (st *Stream) Write(p []byte) (int, error) {
 		p = p[n:]
 		written += n
 		if len(st.wbuf) >= limit {
-			if err := st.emitLocked(false); err != nil {
+			if err := st.emitBufLocked(false, true); err != nil {
 				return written - len(st.wbuf), err
 			}
 		}
@@ -140,7 +198,8 @@ func (st *Stream) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// Flush sends what Write buffered without ending the message.
+// Flush sends what Write buffered without ending the message. A message buffered to be
+// coded is sent as identity instead: a flushed message is being streamed.
 func (st *Stream) Flush() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -150,10 +209,16 @@ func (st *Stream) Flush() error {
 	if st.sdone || len(st.wbuf) == 0 {
 		return nil
 	}
-	return st.emitLocked(false)
+	st.decideLocked()
+	if st.coding {
+		st.coding = false
+		st.s.m.fallbacks[fbFlushed].Inc()
+	}
+	return st.emitBufLocked(false, false)
 }
 
-// CloseWrite ends the outgoing message: the last frame carries the CRC-32C trailer.
+// CloseWrite ends the outgoing message: the last frame carries the CRC-32C trailer. A
+// message buffered whole is handed to the session to be coded in wire order.
 func (st *Stream) CloseWrite() error {
 	st.mu.Lock()
 	if st.werr != nil {
@@ -164,7 +229,41 @@ func (st *Stream) CloseWrite() error {
 		st.mu.Unlock()
 		return nil
 	}
-	if err := st.emitLocked(true); err != nil {
+	st.decideLocked()
+	if st.coding {
+		st.coding = false
+		raw := st.wbuf
+		st.wbuf = nil
+		// Choose may take its time (trial compression): not under st.mu, which recvLoop
+		// needs to deliver to this stream. Only this goroutine writes the stream.
+		st.mu.Unlock()
+		id := st.s.chooseCodec(st.encoding, raw)
+		st.mu.Lock()
+		if st.werr != nil {
+			st.mu.Unlock()
+			return st.werr
+		}
+		if id != 0 {
+			queued, err := st.s.enqueueCoded(st, raw, id)
+			if err != nil {
+				st.werr = err
+				st.mu.Unlock()
+				return err
+			}
+			if queued {
+				st.codedOut = true
+				st.sdone = true
+				done := st.rdone
+				st.mu.Unlock()
+				if done {
+					st.finish()
+				}
+				return nil
+			}
+		}
+		st.wbuf = raw // identity after all
+	}
+	if err := st.emitBufLocked(true, false); err != nil {
 		st.mu.Unlock()
 		return err
 	}
@@ -177,10 +276,53 @@ func (st *Stream) CloseWrite() error {
 	return nil
 }
 
-// emitLocked turns wbuf into one DATA frame, waiting for window credit. st.mu is held.
-func (st *Stream) emitLocked(end bool) error {
+// emitBufLocked sends wbuf as DATA frames of at most maxData bytes. With keepTail a last
+// partial frame stays buffered for Write to fill; with end the last frame ends the
+// message. On error the bytes not sent stay in wbuf. st.mu is held.
+func (st *Stream) emitBufLocked(end, keepTail bool) error {
+	limit := st.maxData()
+	off := 0
+	var err error
+	for {
+		rest := len(st.wbuf) - off
+		if (keepTail && rest < limit) || (!end && rest == 0) {
+			break
+		}
+		n := min(rest, limit)
+		last := end && n == rest
+		if err = st.emitLocked(st.wbuf[off:off+n], last); err != nil {
+			break
+		}
+		off += n
+		if last {
+			break
+		}
+	}
+	st.wbuf = st.wbuf[:copy(st.wbuf, st.wbuf[off:])]
+	return err
+}
+
+// emitAllLocked sends msg as the rest of the message, ended. st.mu is held.
+func (st *Stream) emitAllLocked(msg []byte, end bool) error {
+	limit := st.maxData()
+	for {
+		n := min(len(msg), limit)
+		last := end && n == len(msg)
+		if err := st.emitLocked(msg[:n], last); err != nil {
+			return err
+		}
+		msg = msg[n:]
+		if last || len(msg) == 0 {
+			return nil
+		}
+	}
+}
+
+// emitLocked turns data into one identity DATA frame, waiting for window credit. st.mu
+// is held.
+func (st *Stream) emitLocked(data []byte, end bool) error {
 	var pre frame.Preamble // identity codec, epoch 0
-	size := len(st.wbuf)
+	size := len(data)
 	start := !st.sstarted
 	if start {
 		size += pre.Len()
@@ -207,13 +349,16 @@ func (st *Stream) emitLocked(end bool) error {
 		}
 	}
 	st.swindow -= int64(size)
-	st.scrc = crc32.Update(st.scrc, castagnoli, st.wbuf)
+	st.scrc = crc32.Update(st.scrc, castagnoli, data)
 	var fl frame.Flags
 	if start {
 		fl |= frame.FlagStart
 	}
 	if end {
 		fl |= frame.FlagEnd
+		// Counted before the frame can reach the peer, so that the count is never behind
+		// what the peer saw.
+		st.s.m.codecSent[0].add(st.sentBytes+len(data), st.sentBytes+len(data))
 	}
 	err := st.s.enqueueData(st, func(id uint32) []byte {
 		b := getBuf()
@@ -221,7 +366,7 @@ func (st *Stream) emitLocked(end bool) error {
 		if start {
 			b = pre.Append(b)
 		}
-		b = append(b, st.wbuf...)
+		b = append(b, data...)
 		if end {
 			b = frame.AppendTrailer(b, st.scrc)
 		}
@@ -232,7 +377,7 @@ func (st *Stream) emitLocked(end bool) error {
 		return err
 	}
 	st.sstarted = true
-	st.wbuf = st.wbuf[:0]
+	st.sentBytes += len(data)
 	return nil
 }
 
@@ -243,9 +388,10 @@ func (st *Stream) addSendWindow(n int64) {
 	signal(st.ssig)
 }
 
-// receive takes one DATA frame from recvLoop. Errors it returns are connection errors.
-// retained reports whether the stream kept p for Read.
-func (st *Stream) receive(fl frame.Flags, p []byte) (retained bool, err error) {
+// receive takes one identity DATA frame from recvLoop: p is the frame's payload, data the
+// message bytes in it (after the preamble), credit the window bytes it uses. Errors it
+// returns are connection errors. retained reports whether the stream kept p for Read.
+func (st *Stream) receive(fl frame.Flags, p, data []byte, credit int64) (retained bool, err error) {
 	st.mu.Lock()
 	if st.rerr != nil {
 		st.mu.Unlock()
@@ -255,31 +401,18 @@ func (st *Stream) receive(fl frame.Flags, p []byte) (retained bool, err error) {
 		st.mu.Unlock()
 		return false, fmt.Errorf("%w: stream %d: DATA after END", frame.ErrBadPayload, st.id)
 	}
-	if int64(len(p)) > st.rwindow {
+	if credit > st.rwindow {
 		st.mu.Unlock()
-		return false, fmt.Errorf("%w: stream %d: %d bytes with window %d", errFlowControl, st.id, len(p), st.rwindow)
+		return false, fmt.Errorf("%w: stream %d: %d bytes with window %d", errFlowControl, st.id, credit, st.rwindow)
 	}
-	st.rwindow -= int64(len(p))
-	credit := uint32(len(p))
-	data := p
+	st.rwindow -= credit
 	if fl.Has(frame.FlagStart) {
 		if st.rstarted {
 			st.mu.Unlock()
 			return false, fmt.Errorf("%w: stream %d: second START", frame.ErrBadPayload, st.id)
 		}
-		pre, rest, err := frame.ParsePreamble(data)
-		if err != nil {
-			st.mu.Unlock()
-			return false, err
-		}
 		st.rstarted = true
-		st.codec = pre.Codec
-		if pre.Codec != 0 {
-			st.mu.Unlock()
-			st.fail(&StreamError{Code: frame.CodeCodec, Reason: fmt.Sprintf("unknown codec id %d", pre.Codec)}, true)
-			return false, nil
-		}
-		data = rest
+		st.codec = 0
 	} else if !st.rstarted {
 		st.mu.Unlock()
 		return false, fmt.Errorf("%w: stream %d: DATA before START", frame.ErrBadPayload, st.id)
@@ -304,15 +437,17 @@ func (st *Stream) receive(fl frame.Flags, p []byte) (retained bool, err error) {
 		return false, nil
 	}
 	if len(data) > 0 {
-		st.chunks = append(st.chunks, chunk{data: data, buf: p, credit: credit})
+		st.chunks = append(st.chunks, chunk{data: data, buf: p, credit: uint32(credit)})
 		retained = true
 	} else {
-		st.credit += credit
+		st.credit += uint32(credit)
 	}
+	st.rbytes += len(data)
 	finished := false
 	if end {
 		st.rdone = true
 		finished = st.sdone
+		st.s.m.codecRecv[0].add(st.rbytes, st.rbytes)
 	}
 	st.mu.Unlock()
 	signal(st.rsig)
@@ -407,6 +542,10 @@ func (st *Stream) fail(err error, sendRST bool) {
 	s := st.s
 	s.mu.Lock()
 	st.pending = nil
+	if st.coded != nil { // never taken by sendLoop: it is not sent at all
+		s.releaseLocked(st.coded.cost)
+		st.coded = nil
+	}
 	id := st.id
 	s.mu.Unlock()
 	st.finish()
@@ -425,10 +564,19 @@ func isPeerReset(err error) bool {
 	return ok && se.Remote
 }
 
+// finish forgets the stream once its exchange is over. A stream whose coded message the
+// peer has not acknowledged yet lingers until it has: if the peer rejects the message, it
+// is resent through this stream. A failed stream is forgotten at once.
 func (st *Stream) finish() {
 	st.mu.Lock()
 	if st.finished {
 		st.mu.Unlock()
+		return
+	}
+	if st.werr == nil && (st.codedOut || st.resending) {
+		st.finishWanted = true
+		st.mu.Unlock()
+		st.s.linger(st)
 		return
 	}
 	st.finished = true

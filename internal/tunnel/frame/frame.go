@@ -14,8 +14,9 @@ const HeaderLen = 9
 // hostile length field from making a receiver allocate more than this per frame.
 const MaxPayload = 1 << 20
 
-// Proto is the protocol version both sides must announce in HELLO.
-const Proto = 1
+// Proto is the protocol version both sides must announce in HELLO. Version 2 added the
+// preamble's ack field, CODEC_ACK, CODEC_NACK and HELLO's max_coded.
+const Proto = 2
 
 // Type is a frame type.
 type Type uint8
@@ -28,6 +29,8 @@ const (
 	TypePing         Type = 0x3
 	TypeGoAway       Type = 0x4
 	TypeHello        Type = 0x5
+	TypeCodecAck     Type = 0x6
+	TypeCodecNack    Type = 0x7
 )
 
 func (t Type) String() string {
@@ -44,6 +47,10 @@ func (t Type) String() string {
 		return "GOAWAY"
 	case TypeHello:
 		return "HELLO"
+	case TypeCodecAck:
+		return "CODEC_ACK"
+	case TypeCodecNack:
+		return "CODEC_NACK"
 	}
 	return fmt.Sprintf("UNKNOWN(0x%x)", uint8(t))
 }

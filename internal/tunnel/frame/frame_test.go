@@ -162,16 +162,18 @@ func TestTypeString(t *testing.T) {
 		frame.TypePing:         "PING",
 		frame.TypeGoAway:       "GOAWAY",
 		frame.TypeHello:        "HELLO",
-		0x6:                    "UNKNOWN(0x6)",
+		frame.TypeCodecAck:     "CODEC_ACK",
+		frame.TypeCodecNack:    "CODEC_NACK",
+		0x8:                    "UNKNOWN(0x8)",
 		0xff:                   "UNKNOWN(0xff)",
 	}
 	for typ, want := range tests {
 		require.Equal(t, want, typ.String())
 	}
 	// Wire values from SPEC.md.
-	require.Equal(t, []frame.Type{0, 1, 2, 3, 4, 5}, []frame.Type{
+	require.Equal(t, []frame.Type{0, 1, 2, 3, 4, 5, 6, 7}, []frame.Type{
 		frame.TypeData, frame.TypeWindowUpdate, frame.TypeRSTStream,
-		frame.TypePing, frame.TypeGoAway, frame.TypeHello,
+		frame.TypePing, frame.TypeGoAway, frame.TypeHello, frame.TypeCodecAck, frame.TypeCodecNack,
 	})
 }
 

@@ -62,7 +62,14 @@ func FuzzPayloads(f *testing.F) {
 		{0},
 		frame.Preamble{}.Append(nil),
 		frame.Preamble{Codec: 2, Epoch: 300}.Append([]byte(nil)),
-		append(frame.Preamble{Codec: 255, Epoch: 1<<64 - 1}.Append(nil), "<x/>"...),
+		append(frame.Preamble{Codec: 127, Epoch: 1<<64 - 1}.Append(nil), "<x/>"...),
+		append(frame.Preamble{Codec: 4, Epoch: 7, Ack: 300}.Append(nil), "<y/>"...),
+		{0x80, 0, 0},
+		{0xff, 1, 0x80},
+		frame.AppendCodecAck(nil, 1),
+		frame.AppendCodecAck(nil, 1<<64-1),
+		frame.AppendCodecNack(nil, 2, "decode: bad token"),
+		frame.AppendCodecNack(nil, 0, ""),
 		{0, 0x81, 0x80, 0x00},
 		frame.AppendTrailer([]byte("hello"), 0x9a71bb4c),
 		frame.AppendWindowUpdate(nil, 1),
@@ -74,7 +81,7 @@ func FuzzPayloads(f *testing.F) {
 		frame.AppendPing(nil, 0x0102030405060708),
 		frame.AppendHello(nil, specHello()),
 		[]byte(specJSON),
-		[]byte(`{"proto":1,"node":"\u00e9<&>","codecs":[0,1,2],"max_frame":1024,"window":1024,"max_streams":1,"x":[]}`),
+		[]byte(`{"proto":2,"node":"\u00e9<&>","codecs":[0,1,2],"max_frame":1024,"window":1024,"max_streams":1,"max_coded":65536,"x":[]}`),
 	}
 	for _, s := range seeds {
 		f.Add(s)
@@ -138,6 +145,25 @@ func FuzzPayloads(f *testing.F) {
 			badPayload(err)
 		} else {
 			require.Equal(t, b, frame.AppendPing(nil, v))
+		}
+
+		if n, err := frame.ParseCodecAck(b); err != nil {
+			badPayload(err)
+		} else {
+			require.NotZero(t, n)
+			again, err := frame.ParseCodecAck(frame.AppendCodecAck(nil, n))
+			require.NoError(t, err)
+			require.Equal(t, n, again)
+		}
+
+		if epoch, reason, err := frame.ParseCodecNack(b); err != nil {
+			badPayload(err)
+		} else {
+			require.LessOrEqual(t, len(reason), frame.MaxReason)
+			e2, r2, err := frame.ParseCodecNack(frame.AppendCodecNack(nil, epoch, reason))
+			require.NoError(t, err)
+			require.Equal(t, epoch, e2)
+			require.Equal(t, reason, r2)
 		}
 
 		if h, err := frame.ParseHello(b); err != nil {

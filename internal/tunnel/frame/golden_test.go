@@ -26,6 +26,8 @@ type goldenFrame struct {
 	Reason   string          // RST_STREAM, GOAWAY
 	Last     uint32          // GOAWAY
 	Ping     uint64          // PING
+	Count    uint64          // CODEC_ACK
+	Epoch    uint64          // CODEC_NACK
 	Hello    *frame.Hello    // HELLO
 	Raw      []byte          // unknown types
 }
@@ -44,6 +46,8 @@ var typeByName = map[string]frame.Type{
 	"PING":          frame.TypePing,
 	"GOAWAY":        frame.TypeGoAway,
 	"HELLO":         frame.TypeHello,
+	"CODEC_ACK":     frame.TypeCodecAck,
+	"CODEC_NACK":    frame.TypeCodecNack,
 }
 
 func nilIfEmpty(b []byte) []byte {
@@ -123,7 +127,7 @@ func parseDescription(t *testing.T, desc string) goldenFrame {
 		g.Header.Type = frame.Type(parseUint(t, fields[0], 8))
 	}
 	var hello frame.Hello
-	var codec, epoch uint64
+	var codec, epoch, ack uint64
 	var haveCodec, haveEpoch bool
 	for _, f := range fields[1:] {
 		k, v, ok := strings.Cut(f, "=")
@@ -142,6 +146,10 @@ func parseDescription(t *testing.T, desc string) goldenFrame {
 			codec, haveCodec = parseUint(t, v, 8), true
 		case "epoch":
 			epoch, haveEpoch = parseUint(t, v, 64), true
+		case "ack":
+			ack = parseUint(t, v, 64)
+		case "count":
+			g.Count = parseUint(t, v, 64)
 		case "msg":
 			g.Msg = nilIfEmpty([]byte(v))
 		case "crc":
@@ -178,6 +186,8 @@ func parseDescription(t *testing.T, desc string) goldenFrame {
 			hello.Window = uint32(parseUint(t, v, 32))
 		case "max_streams":
 			hello.MaxStreams = uint32(parseUint(t, v, 32))
+		case "max_coded":
+			hello.MaxCoded = uint32(parseUint(t, v, 32))
 		default:
 			t.Fatalf("unknown field %q", k)
 		}
@@ -187,9 +197,11 @@ func parseDescription(t *testing.T, desc string) goldenFrame {
 		start := g.Header.Flags.Has(frame.FlagStart)
 		require.Equal(t, start, haveCodec && haveEpoch, "DATA needs codec and epoch exactly when START is set")
 		if start {
-			g.Preamble = &frame.Preamble{Codec: uint8(codec), Epoch: epoch}
+			g.Preamble = &frame.Preamble{Codec: uint8(codec), Epoch: epoch, Ack: ack}
 		}
 		require.Equal(t, g.Header.Flags.Has(frame.FlagEnd), g.CRC != nil, "DATA needs crc exactly when END is set")
+	case frame.TypeCodecNack:
+		g.Epoch = epoch
 	case frame.TypeHello:
 		g.Hello = &hello
 	}
@@ -250,6 +262,10 @@ func encodeGolden(t *testing.T, g goldenFrame) []byte {
 		p = frame.AppendGoAway(p, g.Last, g.Code, g.Reason)
 	case frame.TypeHello:
 		p = frame.AppendHello(p, *g.Hello)
+	case frame.TypeCodecAck:
+		p = frame.AppendCodecAck(p, g.Count)
+	case frame.TypeCodecNack:
+		p = frame.AppendCodecNack(p, g.Epoch, g.Reason)
 	default:
 		p = append(p, g.Raw...)
 	}
@@ -294,6 +310,12 @@ func decodeGolden(t *testing.T, b []byte) goldenFrame {
 		hello, err := frame.ParseHello(p)
 		require.NoError(t, err)
 		g.Hello = &hello
+	case frame.TypeCodecAck:
+		g.Count, err = frame.ParseCodecAck(p)
+		require.NoError(t, err)
+	case frame.TypeCodecNack:
+		g.Epoch, g.Reason, err = frame.ParseCodecNack(p)
+		require.NoError(t, err)
 	default:
 		g.Raw = nilIfEmpty(p)
 	}

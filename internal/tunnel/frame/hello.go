@@ -38,7 +38,13 @@ type Hello struct {
 	MaxFrame   uint32   `json:"max_frame"`
 	Window     uint32   `json:"window"`
 	MaxStreams uint32   `json:"max_streams"`
+	// MaxCoded is the largest message the sender accepts coded (decoded size); a peer codes
+	// only messages of at most min(its own limit, this). 0: send nothing coded.
+	MaxCoded uint32 `json:"max_coded"`
 }
+
+// MaxCodedLimit bounds HELLO's max_coded.
+const MaxCodedLimit = 1 << 30
 
 // MaxHello bounds a HELLO payload.
 const MaxHello = 4096
@@ -69,6 +75,9 @@ func ParseHello(b []byte) (Hello, error) {
 	}
 	if h.Window < h.MaxFrame || h.Window > 1<<30 {
 		return h, fmt.Errorf("%w: hello window %d outside [max_frame, 2^30]", ErrBadPayload, h.Window)
+	}
+	if h.MaxCoded > MaxCodedLimit {
+		return h, fmt.Errorf("%w: hello max_coded %d above 2^30", ErrBadPayload, h.MaxCoded)
 	}
 	if h.MaxStreams == 0 {
 		return h, fmt.Errorf("%w: hello max_streams 0", ErrBadPayload)

@@ -7,37 +7,81 @@ import (
 
 // Preamble opens a message (DATA with FlagStart).
 type Preamble struct {
-	Codec uint8  // codec id the message bytes are encoded with; 0 = identity
-	Epoch uint64 // dictionary generation for stateful codecs; 0 for stateless ones
+	Codec uint8  // codec id the message bytes are encoded with, 0..MaxCodecID; 0 = identity
+	Epoch uint64 // codec state generation of a coded message; 0 for identity
+	// Ack, when not 0, acknowledges that many coded messages the receiver of this frame
+	// sent (see CODEC_ACK). It rides in the preamble to save a frame; it is control data
+	// and does not count against the stream's window (AckLen tells how many bytes it took).
+	Ack uint64
 }
 
-// Append appends the encoded preamble to dst.
+// MaxCodecID is the largest codec id: the preamble's top bit flags the ack field.
+const MaxCodecID = 0x7f
+
+// preambleAckBit in the preamble's first byte says an ack count follows the epoch.
+const preambleAckBit = 0x80
+
+// Append appends the encoded preamble to dst. Codec must be at most MaxCodecID; its top
+// bit is not sent.
 func (p Preamble) Append(dst []byte) []byte {
-	dst = append(dst, p.Codec)
-	return binary.AppendUvarint(dst, p.Epoch)
+	c := p.Codec & MaxCodecID
+	if p.Ack != 0 {
+		c |= preambleAckBit
+	}
+	dst = append(dst, c)
+	dst = binary.AppendUvarint(dst, p.Epoch)
+	if p.Ack != 0 {
+		dst = binary.AppendUvarint(dst, p.Ack)
+	}
+	return dst
 }
 
 // Len is the encoded size of p.
 func (p Preamble) Len() int {
-	n := 2
-	for v := p.Epoch; v >= 0x80; v >>= 7 {
+	return 1 + uvarintLen(p.Epoch) + p.AckLen()
+}
+
+// AckLen is how many of p's encoded bytes carry the ack count (0 without one). Flow
+// control counts a START frame's payload less these bytes.
+func (p Preamble) AckLen() int {
+	if p.Ack == 0 {
+		return 0
+	}
+	return uvarintLen(p.Ack)
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
 		n++
 	}
 	return n
 }
 
-// ParsePreamble decodes a preamble and returns the bytes after it.
+// ParsePreamble decodes a preamble and returns the bytes after it. An ack field that is
+// present must count at least one message.
 func ParsePreamble(b []byte) (Preamble, []byte, error) {
 	if len(b) < 2 {
 		return Preamble{}, nil, fmt.Errorf("%w: preamble truncated", ErrBadPayload)
 	}
-	p := Preamble{Codec: b[0]}
+	p := Preamble{Codec: b[0] & MaxCodecID}
 	v, n := binary.Uvarint(b[1:])
 	if n <= 0 {
 		return Preamble{}, nil, fmt.Errorf("%w: preamble epoch", ErrBadPayload)
 	}
 	p.Epoch = v
-	return p, b[1+n:], nil
+	rest := b[1+n:]
+	if b[0]&preambleAckBit != 0 {
+		a, n := binary.Uvarint(rest)
+		if n <= 0 {
+			return Preamble{}, nil, fmt.Errorf("%w: preamble ack", ErrBadPayload)
+		}
+		if a == 0 {
+			return Preamble{}, nil, fmt.Errorf("%w: preamble ack of 0 messages", ErrBadPayload)
+		}
+		p.Ack, rest = a, rest[n:]
+	}
+	return p, rest, nil
 }
 
 // TrailerLen is the size of the trailer that ends a message (DATA with FlagEnd).
@@ -117,3 +161,37 @@ func ParsePing(b []byte) (uint64, error) {
 
 // AppendPing appends a PING payload.
 func AppendPing(dst []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(dst, v) }
+
+// AppendCodecAck appends a CODEC_ACK payload: count (at least 1) coded messages processed.
+func AppendCodecAck(dst []byte, count uint64) []byte { return binary.AppendUvarint(dst, count) }
+
+// ParseCodecAck decodes a CODEC_ACK payload: one uvarint count of at least 1, nothing after.
+func ParseCodecAck(b []byte) (uint64, error) {
+	v, n := binary.Uvarint(b)
+	if n <= 0 || n != len(b) {
+		return 0, fmt.Errorf("%w: codec ack of %d bytes", ErrBadPayload, len(b))
+	}
+	if v == 0 {
+		return 0, fmt.Errorf("%w: codec ack of 0 messages", ErrBadPayload)
+	}
+	return v, nil
+}
+
+// AppendCodecNack appends a CODEC_NACK payload: the epoch of the rejected message and a
+// UTF-8 reason (clipped to MaxReason bytes).
+func AppendCodecNack(dst []byte, epoch uint64, reason string) []byte {
+	dst = binary.AppendUvarint(dst, epoch)
+	return append(dst, clipReason(reason)...)
+}
+
+// ParseCodecNack decodes a CODEC_NACK payload.
+func ParseCodecNack(b []byte) (epoch uint64, reason string, err error) {
+	v, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, "", fmt.Errorf("%w: codec nack epoch", ErrBadPayload)
+	}
+	if len(b)-n > MaxReason {
+		return 0, "", fmt.Errorf("%w: codec nack of %d bytes", ErrBadPayload, len(b))
+	}
+	return v, string(b[n:]), nil
+}

@@ -23,8 +23,12 @@ func TestPreambleRoundTrip(t *testing.T) {
 		{frame.Preamble{Codec: 3, Epoch: 300}, []byte{3, 0xac, 0x02}},
 		{frame.Preamble{Codec: 4, Epoch: 1<<14 - 1}, []byte{4, 0xff, 0x7f}},
 		{frame.Preamble{Codec: 4, Epoch: 1 << 14}, []byte{4, 0x80, 0x80, 0x01}},
-		{frame.Preamble{Codec: 255, Epoch: 1<<63 - 1}, []byte{255, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}},
-		{frame.Preamble{Codec: 255, Epoch: math.MaxUint64}, []byte{255, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		{frame.Preamble{Codec: 127, Epoch: 1<<63 - 1}, []byte{127, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}},
+		{frame.Preamble{Codec: 127, Epoch: math.MaxUint64}, []byte{127, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+		// The top bit of the first byte says an ack count follows the epoch.
+		{frame.Preamble{Ack: 1}, []byte{0x80, 0, 1}},
+		{frame.Preamble{Codec: 4, Epoch: 2, Ack: 300}, []byte{0x84, 2, 0xac, 0x02}},
+		{frame.Preamble{Codec: 127, Epoch: 1, Ack: math.MaxUint64}, []byte{0xff, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
 	}
 	for _, tt := range tests {
 		got := tt.p.Append(nil)
@@ -49,8 +53,29 @@ func TestPreambleLenMatchesAppend(t *testing.T) {
 		for _, e := range []uint64{1<<shift - 1, 1 << shift, 1<<shift + 1} {
 			p := frame.Preamble{Codec: uint8(shift), Epoch: e}
 			require.Equal(t, len(p.Append(nil)), p.Len(), "epoch %d", e)
+			require.Zero(t, p.AckLen())
+			p.Ack = e
+			withAck := p.Append(nil)
+			require.Equal(t, len(withAck), p.Len(), "ack %d", e)
+			if e == 0 {
+				require.Zero(t, p.AckLen())
+				continue
+			}
+			pNoAck := p
+			pNoAck.Ack = 0
+			require.Equal(t, len(withAck)-len(pNoAck.Append(nil)), p.AckLen(), "ack %d", e)
 		}
 	}
+}
+
+// Codec ids are 7 bits: the top bit of the first preamble byte is the ack flag, so an id
+// above MaxCodecID cannot be sent (Append drops its top bit).
+func TestPreambleCodecTopBit(t *testing.T) {
+	require.Equal(t, []byte{0x7f, 1}, frame.Preamble{Codec: 0xff, Epoch: 1}.Append(nil))
+	p, rest, err := frame.ParsePreamble([]byte{0x85, 3, 7, 'x'})
+	require.NoError(t, err)
+	require.Equal(t, frame.Preamble{Codec: 5, Epoch: 3, Ack: 7}, p)
+	require.Equal(t, []byte("x"), rest)
 }
 
 func TestParsePreambleMalformed(t *testing.T) {
@@ -64,6 +89,10 @@ func TestParsePreambleMalformed(t *testing.T) {
 		{"epoch truncated longer", []byte{7, 0xff, 0xff, 0xff}},
 		{"epoch overflows 64 bits", []byte{0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}},
 		{"epoch longer than 10 bytes", []byte{0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}},
+		{"ack bit without ack", []byte{0x80, 1}},
+		{"ack bit with ack truncated", []byte{0x81, 1, 0x80}},
+		{"ack of zero", []byte{0x81, 1, 0, 'x'}},
+		{"ack overflows 64 bits", []byte{0x80, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -268,6 +297,9 @@ func TestEncodersAppend(t *testing.T) {
 	fresh := func() []byte { return append(make([]byte, 0, 64), prefix...) }
 	encoded := map[string][2][]byte{
 		"preamble": {frame.Preamble{Codec: 1, Epoch: 300}.Append(fresh()), frame.Preamble{Codec: 1, Epoch: 300}.Append(nil)},
+		"ack":      {frame.Preamble{Codec: 1, Epoch: 3, Ack: 9}.Append(fresh()), frame.Preamble{Codec: 1, Epoch: 3, Ack: 9}.Append(nil)},
+		"cack":     {frame.AppendCodecAck(fresh(), 5), frame.AppendCodecAck(nil, 5)},
+		"cnack":    {frame.AppendCodecNack(fresh(), 5, "r"), frame.AppendCodecNack(nil, 5, "r")},
 		"trailer":  {frame.AppendTrailer(fresh(), 7), frame.AppendTrailer(nil, 7)},
 		"window":   {frame.AppendWindowUpdate(fresh(), 9), frame.AppendWindowUpdate(nil, 9)},
 		"rst":      {frame.AppendRST(fresh(), 5, "r"), frame.AppendRST(nil, 5, "r")},
@@ -278,5 +310,72 @@ func TestEncodersAppend(t *testing.T) {
 	}
 	for name, e := range encoded {
 		require.Equal(t, append(append([]byte(nil), prefix...), e[1]...), e[0], name)
+	}
+}
+
+func TestCodecAck(t *testing.T) {
+	for _, tt := range []struct {
+		n    uint64
+		wire []byte
+	}{
+		{1, []byte{1}},
+		{127, []byte{0x7f}},
+		{128, []byte{0x80, 1}},
+		{300, []byte{0xac, 0x02}},
+		{math.MaxUint64, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},
+	} {
+		b := frame.AppendCodecAck(nil, tt.n)
+		require.Equal(t, tt.wire, b)
+		got, err := frame.ParseCodecAck(b)
+		require.NoError(t, err)
+		require.Equal(t, tt.n, got)
+	}
+	bad := map[string][]byte{
+		"empty":          nil,
+		"zero":           {0},
+		"padded zero":    {0x80, 0},
+		"truncated":      {0x80},
+		"trailing bytes": {1, 0},
+		"overflow":       {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02},
+	}
+	for name, b := range bad {
+		n, err := frame.ParseCodecAck(b)
+		require.ErrorIs(t, err, frame.ErrBadPayload, name)
+		require.Zero(t, n, name)
+	}
+}
+
+func TestCodecNack(t *testing.T) {
+	for _, tt := range []struct {
+		epoch  uint64
+		reason string
+	}{
+		{0, ""},
+		{1, "decode: bad token"},
+		{300, "checksum"},
+		{math.MaxUint64, strings.Repeat("é", frame.MaxReason/2)},
+	} {
+		b := frame.AppendCodecNack(nil, tt.epoch, tt.reason)
+		epoch, reason, err := frame.ParseCodecNack(b)
+		require.NoError(t, err)
+		require.Equal(t, tt.epoch, epoch)
+		require.Equal(t, tt.reason, reason)
+	}
+	require.Equal(t, []byte{0xac, 0x02, 'x'}, frame.AppendCodecNack(nil, 300, "x"))
+
+	// Encoding clips an over-long reason at a rune boundary; parsing rejects one.
+	b := frame.AppendCodecNack(nil, 1, "x"+strings.Repeat("é", frame.MaxReason))
+	_, reason, err := frame.ParseCodecNack(b)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(reason), frame.MaxReason)
+	require.True(t, utf8.ValidString(reason))
+	_, _, err = frame.ParseCodecNack(append([]byte{1}, strings.Repeat("x", frame.MaxReason+1)...))
+	require.ErrorIs(t, err, frame.ErrBadPayload)
+
+	for name, b := range map[string][]byte{"empty": nil, "truncated epoch": {0x80}, "overflow": {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}} {
+		epoch, reason, err := frame.ParseCodecNack(b)
+		require.ErrorIs(t, err, frame.ErrBadPayload, name)
+		require.Zero(t, epoch)
+		require.Empty(t, reason)
 	}
 }
