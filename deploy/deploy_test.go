@@ -31,7 +31,7 @@ import (
 const repoRoot = ".."
 
 // soapgwKeys are the top-level keys of a soapgw configuration.
-var soapgwKeys = []string{"node", "admin", "edge", "origin", "limits", "drain_timeout"}
+var soapgwKeys = []string{"node", "admin", "edge", "origin", "limits", "codecs", "drain_timeout"}
 
 // isSoapgwConfig reports whether data looks like a soapgw configuration: a mapping with
 // only soapgw's top-level keys, one of them a role.

@@ -104,7 +104,16 @@ func (s *syncBuffer) String() string {
 
 func startProc(t testing.TB, name string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, nil, name, args...)
+}
+
+// startProcEnv is startProc with extra environment variables (KEY=value).
+func startProcEnv(t testing.TB, env []string, name string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(name, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout = p.out
 	p.cmd.Stderr = p.out
 	require.NoError(t, p.cmd.Start())

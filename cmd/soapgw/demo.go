@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -43,8 +44,8 @@ and prints latency and the bytes that crossed the link.`,
 			if o.calls < 1 || o.concurrency < 1 || o.rtt < 0 {
 				return usageError{fmt.Errorf("demo: --calls and --concurrency must be positive, --rtt not negative")}
 			}
-			if _, ok := codec.ByName(o.codec); !ok {
-				return usageError{fmt.Errorf("demo: codec %q is not implemented yet; use identity", o.codec)}
+			if _, err := codec.NewPolicy(o.codec, 0); err != nil {
+				return usageError{fmt.Errorf("demo: %w", err)}
 			}
 			if f := cmd.Flag("log-level"); f != nil && !f.Changed {
 				// Gateway logs are noise in a demo unless something goes wrong.
@@ -60,7 +61,7 @@ and prints latency and the bytes that crossed the link.`,
 	cmd.Flags().IntVarP(&o.calls, "calls", "n", 300, "calls per configuration")
 	cmd.Flags().IntVar(&o.concurrency, "concurrency", 1, "concurrent clients (1 = one synchronous client, as in the papers)")
 	cmd.Flags().DurationVar(&o.rtt, "rtt", 20*time.Millisecond, "round-trip time of the emulated link")
-	cmd.Flags().StringVar(&o.codec, "codec", "identity", "tunnel codec")
+	cmd.Flags().StringVar(&o.codec, "codec", "auto", "tunnel codec: "+strings.Join(codec.Names, ", "))
 	return cmd
 }
 

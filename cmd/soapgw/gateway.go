@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/soapgw/soapgw/internal/admin"
-	"github.com/soapgw/soapgw/internal/codec"
 	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/proxy"
 	"github.com/soapgw/soapgw/internal/tunnel"
@@ -73,6 +72,10 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	tm := tunnel.NewMetrics(reg)
 	pm := proxy.NewMetrics(reg)
 	lim := proxyLimits(cfg.Limits)
+	cs, err := newCodecs(cfg.Codecs, log)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("codecs: %w", err)}
+	}
 
 	if o := cfg.Origin; o != nil {
 		ups := make([]proxy.Upstream, 0, len(o.Upstreams))
@@ -111,7 +114,11 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		}
 		// The origin pings too: it measures RTT for its own metrics and notices an edge
 		// whose host vanished (a half-open connection) instead of keeping it for good.
-		scfg := &tunnel.Config{Node: cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second}
+		enc, err := cs.policy(o.Codec)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("origin.codec: %w", err)}
+		}
+		scfg := cs.session(tunnel.Config{Node: cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second}, enc)
 		origin := g.origin
 		g.tunSrv = tunnel.NewServer(scfg, tm, log.With("role", "origin"), o.MaxConnections, func(ctx context.Context, st *tunnel.Stream) {
 			origin.ServeStream(ctx, st)
@@ -121,8 +128,9 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	if e := cfg.Edge; e != nil {
 		openers := map[string]proxy.Opener{}
 		for i, p := range e.Peers {
-			if _, ok := codec.ByName(p.Codec); !ok { // config validation already refuses these
-				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): codec %q is not implemented", i, p.Name, p.Codec)}
+			enc, err := cs.policy(p.Codec)
+			if err != nil { // config validation already refuses unknown names
+				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): %w", i, p.Name, err)}
 			}
 			var dial func(context.Context, string) (net.Conn, error)
 			if p.TLS != nil {
@@ -138,11 +146,11 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 				Connections: p.Connections,
 				DialTimeout: p.DialTimeout,
 				Dial:        dial,
-				Session: &tunnel.Config{
+				Session: cs.session(tunnel.Config{
 					Node:              cfg.Node,
 					KeepaliveInterval: p.KeepaliveInterval,
 					KeepaliveTimeout:  p.KeepaliveTimeout,
-				},
+				}, enc),
 			}, tm, log.With("role", "edge"))
 			g.peers[p.Name] = peer
 			openers[p.Name] = proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) {
@@ -154,8 +162,18 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 			})
 		}
 		routes := make([]proxy.Route, 0, len(e.Routes))
-		for _, r := range e.Routes {
-			routes = append(routes, proxy.Route{Listener: r.Listener, PathPrefix: r.PathPrefix, Host: r.Host, Peer: r.Peer, Upstream: r.Upstream})
+		for i, r := range e.Routes {
+			route := proxy.Route{Listener: r.Listener, PathPrefix: r.PathPrefix, Host: r.Host, Peer: r.Peer, Upstream: r.Upstream}
+			if r.Codec != "" {
+				enc, err := cs.policy(r.Codec)
+				if err != nil {
+					return nil, usageError{fmt.Errorf("edge.routes[%d].codec: %w", i, err)}
+				}
+				if peer := g.peers[r.Peer]; peer != nil {
+					route.Opener = routeOpener(peer, enc)
+				}
+			}
+			routes = append(routes, route)
 		}
 		g.edge, err = proxy.NewEdge(proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}, pm, log)
 		if err != nil {

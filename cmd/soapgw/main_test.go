@@ -38,7 +38,7 @@ func TestExitCodes(t *testing.T) {
 		{"extra argument", []string{"config", "check", bad, "more"}, exitUsage, "accepts 1 arg"},
 		{"bad log level", []string{"--log-level", "loud", "run", "--config", bad}, exitUsage, "--log-level"},
 		{"bad demo codec", []string{"demo", "--codec", "brotli"}, exitUsage, `codec "brotli"`},
-		{"reserved codec in config", []string{"config", "check", "testdata/gzip.yaml"}, exitUsage, `codec "gzip" is not implemented in this release`},
+		{"unknown codec in config", []string{"config", "check", "testdata/brotli.yaml"}, exitUsage, `unknown codec "brotli"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(t, tc.args...)
@@ -63,7 +63,7 @@ func TestDemoRunsAndChecksResponses(t *testing.T) {
 	code, out, stderr := runCLI(t, "demo", "--calls", "20", "--rtt", "4ms")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, out, "direct (HTTP/1.0, connection per call)")
-	require.Contains(t, out, "soapgw pair (persistent tunnel, identity)")
+	require.Contains(t, out, "soapgw pair (persistent tunnel, auto)")
 	require.Contains(t, out, "every response checked byte for byte")
 	// The direct path opens a link connection per call; the pair reuses its tunnel.
 	lines := strings.Split(out, "\n")

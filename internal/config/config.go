@@ -11,13 +11,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Codecs lists the values accepted by [Peer.Codec]: the codecs this release
-// implements (internal/codec checks it implements every name listed here).
-var Codecs = []string{"identity"}
-
-// ReservedCodecs are codec names planned but not implemented yet: refused with
-// a message that says so rather than "unknown".
-var ReservedCodecs = []string{"gzip", "zstd", "token", "auto"}
+// CodecNames lists the values accepted by [Peer.Codec], [Route.Codec] and
+// [OriginConfig.Codec] (cmd/soapgw checks internal/codec implements each).
+var CodecNames = []string{"identity", "gzip", "zstd", "zstd-stream", "token", "auto"}
 
 // Transports lists the values accepted by [Peer.Transport]. "udp" is
 // reserved for the reliable UDP transport and is rejected until it exists.
@@ -52,6 +48,8 @@ type Config struct {
 	Origin *OriginConfig `yaml:"origin,omitempty"`
 	// Limits bounds the resources one process will spend.
 	Limits Limits `yaml:"limits"`
+	// Codecs tunes the codecs both roles offer on their tunnels.
+	Codecs CodecConfig `yaml:"codecs"`
 	// DrainTimeout is how long, on SIGTERM, the process keeps finishing
 	// in-flight exchanges before it closes them. 0 exits at once.
 	// Default: 15s.
@@ -90,6 +88,37 @@ type Limits struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 }
 
+// CodecConfig tunes the message codecs. Which codec a message uses is chosen
+// per peer (edge.peers[].codec), per route (edge.routes[].codec) and for
+// responses at the origin (origin.codec).
+type CodecConfig struct {
+	// GzipLevel is the gzip level, 1 (fastest) to 9 (smallest). Default: 6.
+	GzipLevel int `yaml:"gzip_level"`
+	// ZstdLevel is the zstd level, 1 to 22 (mapped to the encoder's four
+	// speeds: 1 fastest, 2-5 default, 6-9 better, 10+ best). Default: 3.
+	ZstdLevel int `yaml:"zstd_level"`
+	// ZstdDictionary is "builtin" (a dictionary trained on SOAP traffic,
+	// shipped in the binary) or "none". Both gateways must agree.
+	// Default: builtin.
+	ZstdDictionary string `yaml:"zstd_dictionary"`
+	// TokenDictionary is the token codec's dictionary budget per tunnel
+	// connection and direction; the receiving side adopts the sender's.
+	// 4KiB to 64MiB. Default: 1MiB.
+	TokenDictionary ByteSize `yaml:"token_dictionary"`
+	// AutoMinSize: under "auto", messages (envelope head and body) smaller
+	// than this travel uncoded. Default: 0 (code everything: with state
+	// shared across messages even small ones shrink; see docs/codecs.md).
+	AutoMinSize ByteSize `yaml:"auto_min_size"`
+	// MaxCodedMessage is the largest message that is buffered and coded
+	// whole; larger ones stream uncoded. Default: 1MiB.
+	MaxCodedMessage ByteSize `yaml:"max_coded_message"`
+	// Retention is how many bytes of sent coded messages a tunnel
+	// connection keeps until the peer confirms it decoded them, so that a
+	// message the peer could not decode is sent again uncoded. When full,
+	// messages travel uncoded. Default: 8MiB.
+	Retention ByteSize `yaml:"retention"`
+}
+
 // EdgeConfig configures the edge role.
 type EdgeConfig struct {
 	// Listeners are the sockets SOAP clients connect to. Required, >= 1.
@@ -123,8 +152,9 @@ type Peer struct {
 	// Connections is how many tunnel connections are kept open to this
 	// peer; exchanges are spread over them. 1..64. Default: 2.
 	Connections int `yaml:"connections"`
-	// Codec compresses message bodies on the tunnel; one of [Codecs].
-	// Default: "identity".
+	// Codec encodes the requests sent to this peer; one of [CodecNames].
+	// The origin must support it, else the best codec both know is used.
+	// Default: "auto".
 	Codec string `yaml:"codec"`
 	// DialTimeout bounds one attempt to connect to the peer. Default: 5s.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
@@ -179,6 +209,9 @@ type Route struct {
 	// The edge cannot check that it exists there. Required,
 	// [A-Za-z0-9._-]+.
 	Upstream string `yaml:"upstream"`
+	// Codec overrides the peer's codec for the requests of this route; one
+	// of [CodecNames]. Optional. Default: "" (the peer's).
+	Codec string `yaml:"codec,omitempty"`
 }
 
 // OriginConfig configures the origin role.
@@ -191,6 +224,10 @@ type OriginConfig struct {
 	// MaxConnections caps the tunnel connections accepted at once.
 	// Default: 256.
 	MaxConnections int `yaml:"max_connections"`
+	// Codec encodes the responses sent back to edges; one of [CodecNames].
+	// The edge must support it, else the best codec both know is used.
+	// Default: "auto".
+	Codec string `yaml:"codec"`
 	// TLS makes the tunnel listener speak TLS 1.3 (cert_file and key_file
 	// required); with ca_file, edges must present client certificates.
 	// Optional. Default: none (plain TCP).
@@ -252,6 +289,14 @@ func Default() *Config {
 			MaxConcurrentExchanges: 4096,
 			IdleTimeout:            90 * time.Second,
 		},
+		Codecs: CodecConfig{
+			GzipLevel:       6,
+			ZstdLevel:       3,
+			ZstdDictionary:  "builtin",
+			TokenDictionary: 1 * MiB,
+			MaxCodedMessage: 1 * MiB,
+			Retention:       8 * MiB,
+		},
 	}
 }
 
@@ -264,12 +309,13 @@ type defaulter interface {
 
 func (o *OriginConfig) setDefaults() {
 	o.MaxConnections = 256
+	o.Codec = "auto"
 }
 
 func (p *Peer) setDefaults() {
 	p.Transport = TransportTCP
 	p.Connections = 2
-	p.Codec = "identity"
+	p.Codec = "auto"
 	p.DialTimeout = 5 * time.Second
 	p.KeepaliveInterval = 15 * time.Second
 	p.KeepaliveTimeout = 10 * time.Second

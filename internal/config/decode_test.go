@@ -190,7 +190,7 @@ func TestParseDecodeErrors(t *testing.T) {
 			want: []string{
 				`x.yaml:9: edge.peers[0].codek: unknown field (did you mean "codec"?)`,
 				`x.yaml:13: drain_timeout: duration "5" has no unit: write e.g. "5s" or "5ms"`,
-				`x.yaml:14: bogus: unknown field (known fields: node, admin, edge, origin, limits, drain_timeout)`,
+				`x.yaml:14: bogus: unknown field (known fields: node, admin, edge, origin, limits, codecs, drain_timeout)`,
 			},
 		},
 		{
@@ -323,7 +323,7 @@ func TestParseDefaults(t *testing.T) {
 		Edge: &EdgeConfig{
 			Listeners: []Listener{{Name: "main", Listen: ":8080"}},
 			Peers: []Peer{{
-				Name: "dc1", Address: "dc1:7070", Transport: "tcp", Connections: 2, Codec: "identity",
+				Name: "dc1", Address: "dc1:7070", Transport: "tcp", Connections: 2, Codec: "auto",
 				DialTimeout: 5 * time.Second, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second,
 			}},
 			Routes: []Route{{PathPrefix: "/", Peer: "dc1", Upstream: "bill"}},
@@ -341,10 +341,15 @@ func TestParseDefaults(t *testing.T) {
 				},
 			},
 			MaxConnections: 256,
+			Codec:          "auto",
 		},
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,
 			ExchangeTimeout: 60 * time.Second, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
+		},
+		Codecs: CodecConfig{
+			GzipLevel: 6, ZstdLevel: 3, ZstdDictionary: "builtin", TokenDictionary: 1 << 20,
+			MaxCodedMessage: 1 << 20, Retention: 8 << 20,
 		},
 		DrainTimeout: 15 * time.Second,
 	}

@@ -96,6 +96,7 @@ origin:
       pool_size: 64
       insecure_skip_verify: false
   max_connections: 256
+  codec: auto
 limits:
   max_request_bytes: 32MiB
   max_response_bytes: 64MiB
@@ -103,6 +104,14 @@ limits:
   exchange_timeout: 1m0s
   max_concurrent_exchanges: 4096
   idle_timeout: 1m30s
+codecs:
+  gzip_level: 6
+  zstd_level: 3
+  zstd_dictionary: builtin
+  token_dictionary: 1MiB
+  auto_min_size: 0
+  max_coded_message: 1MiB
+  retention: 8MiB
 drain_timeout: 15s
 `
 	require.Equal(t, want, string(out))

@@ -33,6 +33,7 @@ func (c *Config) Validate() error {
 	}
 	checkNonNegative(&errs, "drain_timeout", c.DrainTimeout)
 	c.Limits.validate(&errs)
+	c.Codecs.validate(&errs)
 	if c.Edge != nil {
 		c.Edge.validate(&errs)
 	}
@@ -88,11 +89,7 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		if peer.Connections < 1 || peer.Connections > 64 {
 			errs.add(p+".connections", "must be from 1 to 64, got %d", peer.Connections)
 		}
-		if slices.Contains(ReservedCodecs, peer.Codec) {
-			errs.add(p+".codec", "codec %q is not implemented in this release; use %q", peer.Codec, Codecs[0])
-		} else {
-			checkOneOf(errs, p+".codec", "codec", peer.Codec, Codecs)
-		}
+		checkOneOf(errs, p+".codec", "codec", peer.Codec, CodecNames)
 		checkPositive(errs, p+".dial_timeout", peer.DialTimeout)
 		checkPositive(errs, p+".keepalive_interval", peer.KeepaliveInterval)
 		checkPositive(errs, p+".keepalive_timeout", peer.KeepaliveTimeout)
@@ -131,6 +128,9 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		case !nameRE.MatchString(r.Upstream):
 			errs.add(p+".upstream", "invalid upstream name %q: use only letters, digits, '.', '_' and '-'", r.Upstream)
 		}
+		if r.Codec != "" {
+			checkOneOf(errs, p+".codec", "codec", r.Codec, CodecNames)
+		}
 		m := match{r.Listener, strings.ToLower(r.Host), r.PathPrefix}
 		if first, dup := matches[m]; dup {
 			errs.add(p, "matches the same requests as edge.routes[%d] (same listener, host and path_prefix), so it is never used", first)
@@ -140,11 +140,34 @@ func (e *EdgeConfig) validate(errs *errorList) {
 	}
 }
 
+func (c *CodecConfig) validate(errs *errorList) {
+	if c.GzipLevel < 1 || c.GzipLevel > 9 {
+		errs.add("codecs.gzip_level", "must be from 1 to 9, got %d", c.GzipLevel)
+	}
+	if c.ZstdLevel < 1 || c.ZstdLevel > 22 {
+		errs.add("codecs.zstd_level", "must be from 1 to 22, got %d", c.ZstdLevel)
+	}
+	checkOneOf(errs, "codecs.zstd_dictionary", "zstd dictionary", c.ZstdDictionary, []string{"builtin", "none"})
+	if c.TokenDictionary < 4*KiB || c.TokenDictionary > 64*MiB {
+		errs.add("codecs.token_dictionary", "must be from 4KiB to 64MiB, got %d bytes", int64(c.TokenDictionary))
+	}
+	if c.AutoMinSize < 0 {
+		errs.add("codecs.auto_min_size", "must not be negative, got %d", int64(c.AutoMinSize))
+	}
+	if c.MaxCodedMessage < 1*KiB || c.MaxCodedMessage > 64*MiB {
+		errs.add("codecs.max_coded_message", "must be from 1KiB to 64MiB, got %d bytes", int64(c.MaxCodedMessage))
+	}
+	if c.Retention < c.MaxCodedMessage {
+		errs.add("codecs.retention", "must be at least codecs.max_coded_message (%d bytes), got %d", int64(c.MaxCodedMessage), int64(c.Retention))
+	}
+}
+
 func (o *OriginConfig) validate(errs *errorList) {
 	checkAddr(errs, "origin.listen", o.Listen, false)
 	if o.MaxConnections < 1 {
 		errs.add("origin.max_connections", "must be at least 1, got %d", o.MaxConnections)
 	}
+	checkOneOf(errs, "origin.codec", "codec", o.Codec, CodecNames)
 	if len(o.Upstreams) == 0 {
 		errs.add("origin.upstreams", "at least one upstream is required")
 	}

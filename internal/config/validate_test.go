@@ -149,9 +149,26 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{`x.yaml:9: edge.peers[1].name: duplicate name "dc1" (also used by edge.peers[0])`},
 		},
 		{
-			name: "reserved codec",
-			yaml: doc(with(edgeDoc, 8, "      address: dc1:70", "      codec: gzip")...),
-			want: []string{`x.yaml:9: edge.peers[0].codec: codec "gzip" is not implemented in this release; use "identity"`},
+			name: "codec settings out of range",
+			yaml: doc(append(with(edgeDoc, 8, "      address: dc1:70", "      codec: zstd"),
+				"    - {peer: dc1, upstream: y, path_prefix: /y, codec: brotli}", // 13
+				"codecs:",                     // 14
+				"  gzip_level: 0",             // 15
+				"  zstd_level: 23",            // 16
+				"  zstd_dictionary: mine",     // 17
+				"  token_dictionary: 1KiB",    // 18
+				"  max_coded_message: 128MiB", // 19
+				"  retention: 1MiB",           // 20
+			)...),
+			want: []string{
+				`x.yaml:13: edge.routes[1].codec: unknown codec "brotli" (allowed: identity, gzip, zstd, zstd-stream, token, auto)`,
+				"x.yaml:15: codecs.gzip_level: must be from 1 to 9, got 0",
+				"x.yaml:16: codecs.zstd_level: must be from 1 to 22, got 23",
+				`x.yaml:17: codecs.zstd_dictionary: unknown zstd dictionary "mine" (allowed: builtin, none)`,
+				"x.yaml:18: codecs.token_dictionary: must be from 4KiB to 64MiB, got 1024 bytes",
+				"x.yaml:19: codecs.max_coded_message: must be from 1KiB to 64MiB, got 134217728 bytes",
+				"x.yaml:20: codecs.retention: must be at least codecs.max_coded_message (134217728 bytes), got 1048576",
+			},
 		},
 		{
 			name: "peer settings out of range",
@@ -167,7 +184,7 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{
 				`x.yaml:9: edge.peers[0].transport: unknown transport "udp" (allowed: tcp)`,
 				"x.yaml:10: edge.peers[0].connections: must be from 1 to 64, got 65",
-				`x.yaml:11: edge.peers[0].codec: unknown codec "lz4" (allowed: identity)`,
+				`x.yaml:11: edge.peers[0].codec: unknown codec "lz4" (allowed: identity, gzip, zstd, zstd-stream, token, auto)`,
 				"x.yaml:12: edge.peers[0].dial_timeout: must be greater than 0",
 				"x.yaml:13: edge.peers[0].keepalive_interval: must be greater than 0",
 				"x.yaml:14: edge.peers[0].keepalive_timeout: must be greater than 0",
@@ -357,7 +374,7 @@ func TestValidateWithoutPositions(t *testing.T) {
 	c.Node = "gw"
 	require.EqualError(t, c.Validate(), "no role configured: add an edge section, an origin section, or both")
 
-	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Upstreams: []Upstream{{
+	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Codec: "auto", Upstreams: []Upstream{{
 		Name: "a", URL: "http://a", HTTPVersion: HTTP10, HostHeader: HostHeaderPreserve,
 		ConnectTimeout: time.Second, ResponseTimeout: time.Second, IdleTimeout: time.Second,
 	}}}

@@ -71,6 +71,9 @@ type Route struct {
 	Host       string // Host header equals this, case-insensitively; without a port in the pattern the request's port is ignored
 	Peer       string
 	Upstream   string
+	// Opener, when set, opens this route's streams instead of Peers[Peer]: the same
+	// peer with other stream settings (cmd/soapgw uses it for a per-route codec).
+	Opener Opener
 }
 
 func (r *Route) matches(listener, host, target string) bool {

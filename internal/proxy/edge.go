@@ -402,6 +402,9 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayable bool) (st Stream, sbr *bufio.Reader, resp *responseHead, gwErr *gatewayError, keep bool) {
 	peer := x.route.Peer
 	opener := e.cfg.Peers[peer]
+	if x.route.Opener != nil {
+		opener = x.route.Opener
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		var err error

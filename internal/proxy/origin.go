@@ -361,10 +361,12 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 				return n, werr
 			}
 			n += int64(k)
-			// Push what we have when the upstream has nothing more at hand, unless this
-			// was the last of a known length: CloseWrite sends it with the trailer in
-			// the same frame.
-			if uc.br.Buffered() == 0 && (resp.ContentLength < 0 || n < resp.ContentLength) {
+			// Push what we have when the upstream has nothing more at hand and the
+			// response is a stream of unknown length (chunked or close-delimited). A
+			// response of known length is not flushed: the tunnel sends full frames as
+			// they fill, and a message left whole can be coded (a flush makes the tunnel
+			// stream it uncoded), which is where large responses gain most.
+			if uc.br.Buffered() == 0 && resp.ContentLength < 0 {
 				if ferr := st.Flush(); ferr != nil {
 					return n, ferr
 				}
