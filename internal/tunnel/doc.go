@@ -25,6 +25,14 @@
 // Each message ends with the CRC-32C of its bytes; the receiver checks it before it releases
 // the message's last bytes, so a corrupted message is never completed downstream.
 //
+// Messages may be coded (compressed, or tokenized by a stateful synchronized cache) with
+// MessageCodecs that cmd wires in through Config; the tunnel imports no codec. A coded
+// message is buffered whole, encoded by sendLoop and decoded by recvLoop, so both ends run a
+// stateful codec over the same messages in the same order; one that cannot be decoded is
+// rejected (CODEC_NACK), both ends start a fresh codec epoch and the sender resends it as
+// identity from the copy it keeps until the peer acknowledges it. See codec.go and
+// frame/SPEC.md.
+//
 // Peer keeps Connections sessions up to one remote gateway, reconnecting with jittered
 // exponential backoff; Server accepts them on the origin side.
 package tunnel

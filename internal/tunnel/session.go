@@ -50,9 +50,9 @@ type Session struct {
 	codedLimit    int // largest message coded whole: min(MaxCodedMessage, peer's max_coded); 0: none
 	// Guarded by mu:
 	sendEpoch     uint64
-	retained      int            // CodecRetention bytes reserved by queued and unacknowledged coded messages
-	sent          []*sentCoded   // coded messages written and not yet acknowledged, oldest first
-	sentHead      int            // sent[:sentHead] are acknowledged
+	retained      int          // CodecRetention bytes reserved by queued and unacknowledged coded messages
+	sent          []*sentCoded // coded messages written and not yet acknowledged, oldest first
+	sentHead      int          // sent[:sentHead] are acknowledged
 	sentByID      map[uint32]*sentCoded
 	acksPending   uint64 // coded messages received and processed, not yet acknowledged
 	ackArmed      bool

@@ -26,8 +26,8 @@ var errToyTooLarge = errors.New("toy codec: message too large")
 // one whose state is off produces garbage the CRC-32C catches.
 type deltaCodec struct{}
 
-func (deltaCodec) ID() uint8                                   { return deltaID }
-func (deltaCodec) NewEncoder() (MessageEncoder, error)         { return &deltaEncoder{}, nil }
+func (deltaCodec) ID() uint8                                  { return deltaID }
+func (deltaCodec) NewEncoder() (MessageEncoder, error)        { return &deltaEncoder{}, nil }
 func (deltaCodec) NewDecoder(max int) (MessageDecoder, error) { return &deltaDecoder{max: max}, nil }
 
 type deltaEncoder struct {
@@ -90,8 +90,8 @@ func (d *deltaDecoder) Decode(dst, p []byte) ([]byte, error) {
 // reverseCodec is a stateless codec: the payload is the message backwards.
 type reverseCodec struct{}
 
-func (reverseCodec) ID() uint8                                   { return reverseID }
-func (reverseCodec) NewEncoder() (MessageEncoder, error)         { return reverseCoder{}, nil }
+func (reverseCodec) ID() uint8                                  { return reverseID }
+func (reverseCodec) NewEncoder() (MessageEncoder, error)        { return reverseCoder{}, nil }
 func (reverseCodec) NewDecoder(max int) (MessageDecoder, error) { return reverseCoder{max}, nil }
 
 type reverseCoder struct{ max int }
@@ -113,8 +113,8 @@ func (c reverseCoder) Decode(dst, p []byte) ([]byte, error) {
 // copyCodec is the cheapest possible codec (the payload is the message), for benchmarks.
 type copyCodec struct{}
 
-func (copyCodec) ID() uint8                                   { return copyID }
-func (copyCodec) NewEncoder() (MessageEncoder, error)         { return copyCoder{}, nil }
+func (copyCodec) ID() uint8                                  { return copyID }
+func (copyCodec) NewEncoder() (MessageEncoder, error)        { return copyCoder{}, nil }
 func (copyCodec) NewDecoder(max int) (MessageDecoder, error) { return copyCoder{max}, nil }
 
 type copyCoder struct{ max int }
@@ -131,11 +131,11 @@ func (c copyCoder) Decode(dst, p []byte) ([]byte, error) {
 type fault int
 
 const (
-	faultNone         fault = iota
-	faultDecodeError        // the decoder returns an error
-	faultCorruptOutput      // the decoder returns a wrong message (CRC-32C mismatch)
-	faultCorruptState       // the decoder succeeds but its state goes wrong: the next message decodes to garbage
-	faultEncodeError        // the encoder returns an error (after changing its state)
+	faultNone          fault = iota
+	faultDecodeError         // the decoder returns an error
+	faultCorruptOutput       // the decoder returns a wrong message (CRC-32C mismatch)
+	faultCorruptState        // the decoder succeeds but its state goes wrong: the next message decodes to garbage
+	faultEncodeError         // the encoder returns an error (after changing its state)
 )
 
 // faultCodec is deltaCodec with faults injected on chosen messages, counted over every
