@@ -328,6 +328,22 @@ func TestCodedNackResends(t *testing.T) {
 	require.Equal(t, resp, got)
 }
 
+// A NACK must name the epoch the message was sent in.
+func TestCodedNackWrongEpoch(t *testing.T) {
+	raw, s, r := codedRawServer(t, codecConfig("origin", 0), nil)
+	respondingServer(s, []byte("<resp/>"))
+	_, err := raw.Write(wholeMessage(nil, 1, []byte("<req/>")))
+	require.NoError(t, err)
+	pre, _, _, _ := r.message(1)
+	require.Equal(t, uint64(1), pre.Epoch)
+	_, err = raw.Write(appendFrame(nil, frame.TypeCodecNack, 0, 1, frame.AppendCodecNack(nil, 2, "?")))
+	require.NoError(t, err)
+	code, reason := expectGoAway(t, raw)
+	require.Equal(t, frame.CodeProtocol, code)
+	require.Contains(t, reason, "names epoch 2, the message was sent in epoch 1")
+	require.ErrorIs(t, waitClosed(t, s), frame.ErrBadPayload)
+}
+
 // A NACK for a stream with no message awaiting an ack resets that stream (a peer bug).
 func TestCodedNackForUnknownMessage(t *testing.T) {
 	m := NewMetrics(nil)

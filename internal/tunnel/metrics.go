@@ -118,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"peer"}),
 		retained: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "soapgw_tunnel_codec_retained_bytes",
-			Help: "Bytes of sent coded messages kept until the peer acknowledges them.",
+			Help: "Bytes of sent coded messages kept until the peer acknowledges them (plus 1 KiB per message for its stream).",
 		}, []string{"peer"}),
 		epoch: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "soapgw_tunnel_codec_epoch",
