@@ -4,7 +4,6 @@ import (
 	"bytes"
 	_ "embed"
 	"fmt"
-	"slices"
 
 	"github.com/soapgw/soapgw/internal/envelope"
 )
@@ -154,14 +153,4 @@ func looksXML(msg []byte) bool {
 	body = bytes.TrimPrefix(body, []byte("\xef\xbb\xbf"))
 	body = bytes.TrimLeft(body, " \t\r\n")
 	return len(body) == 0 || body[0] == '<'
-}
-
-// IDs returns the ids of codecs, for a tunnel HELLO.
-func IDs(codecs []Codec) []uint8 {
-	ids := make([]uint8, 0, len(codecs))
-	for _, c := range codecs {
-		ids = append(ids, uint8(c.ID()))
-	}
-	slices.Sort(ids)
-	return ids
 }
