@@ -101,12 +101,16 @@ func (e *TokenEncoder) Encode(dst, msg []byte) ([]byte, error) {
 		// The head's coding must not be longer than the head itself: the payload stays
 		// within MaxExpansion of the message.
 		if len(dst)-mark <= len(msg)-len(b) {
-			e.heads.commit(kind, list, fixed)
 			dst[start] |= tokenHead
 			body = b
 		} else {
+			// The head travels inside the body; the decoder finds it there and
+			// remembers it as well, so the next head has a reference. (Without a
+			// reference a head codes longer than itself, so skipping the commit here
+			// would keep every later head from being coded.)
 			dst = dst[:mark]
 		}
+		e.heads.commit(kind, list, fixed)
 	}
 	return e.body.Encode(dst, body), nil
 }
@@ -167,6 +171,13 @@ func (d *TokenDecoder) Decode(dst, payload []byte) ([]byte, error) {
 	}
 	if len(out)-start > d.max {
 		return dst[:start], ErrTooLarge
+	}
+	if flags&tokenHead == 0 {
+		// A head the encoder sent inside the body is remembered as the encoder did:
+		// splitHead of the same bytes gives the same answer on both ends.
+		if kind, list, fixed, _, ok := splitHead(out[start:]); ok {
+			d.heads.commit(kind, list, fixed)
+		}
 	}
 	return out, nil
 }
