@@ -77,6 +77,8 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		return nil, usageError{fmt.Errorf("codecs: %w", err)}
 	}
 
+	socks := &tunnelSockets{log: log}
+
 	if o := cfg.Origin; o != nil {
 		ups := make([]proxy.Upstream, 0, len(o.Upstreams))
 		for _, u := range o.Upstreams {
@@ -104,7 +106,7 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 				return nil, usageError{err}
 			}
 		}
-		g.tunLn, err = net.Listen("tcp", o.Listen)
+		g.tunLn, err = socks.listen(o.Listen, o.RTOMin)
 		if err != nil {
 			return nil, fmt.Errorf("origin.listen: %w", err)
 		}
@@ -132,13 +134,13 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 			if err != nil { // config validation already refuses unknown names
 				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): %w", i, p.Name, err)}
 			}
-			var dial func(context.Context, string) (net.Conn, error)
+			dial := socks.dialer(p.RTOMin)
 			if p.TLS != nil {
 				tcfg, err := clientTLS(p.TLS, p.Address, fmt.Sprintf("edge.peers[%d].tls", i))
 				if err != nil {
 					return nil, usageError{err}
 				}
-				dial = tlsDialer(tcfg)
+				dial = tlsDialer(tcfg, dial)
 			}
 			peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{
 				Name:        p.Name,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"time"
 
 	"github.com/soapgw/soapgw/internal/config"
 )
@@ -76,10 +75,9 @@ func loadPool(path string) (*x509.CertPool, error) {
 // tlsDialer dials TCP and completes the TLS handshake within ctx, so a certificate
 // problem is reported as the dial error (and logged by the peer) rather than surfacing
 // later as a broken tunnel handshake.
-func tlsDialer(cfg *tls.Config) func(ctx context.Context, address string) (net.Conn, error) {
-	d := &net.Dialer{KeepAlive: 30 * time.Second}
+func tlsDialer(cfg *tls.Config, dial func(ctx context.Context, address string) (net.Conn, error)) func(ctx context.Context, address string) (net.Conn, error) {
 	return func(ctx context.Context, address string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, "tcp", address)
+		c, err := dial(ctx, address)
 		if err != nil {
 			return nil, err
 		}

@@ -164,6 +164,13 @@ type Peer struct {
 	// KeepaliveTimeout is how long a ping may go unanswered before the
 	// tunnel connection is declared dead. Default: 10s.
 	KeepaliveTimeout time.Duration `yaml:"keepalive_timeout"`
+	// RTOMin is the minimum TCP retransmission timeout of the tunnel's
+	// sockets (Linux >= 6.14; elsewhere the kernel's 200 ms stays and a
+	// warning is logged). A lost segment that is the last in flight waits
+	// for 2 x RTT + this before it is sent again, so the kernel's 200 ms
+	// dominates p99 latency on lossy links. Up to 200ms (the kernel default,
+	// which turns the tuning off). Default: 20ms.
+	RTOMin time.Duration `yaml:"rto_min"`
 	// TLS encrypts the tunnel to this peer and verifies the origin's
 	// certificate; with cert_file and key_file the edge also presents a
 	// client certificate (mutual TLS). Optional. Default: none (plain TCP).
@@ -228,6 +235,13 @@ type OriginConfig struct {
 	// The edge must support it, else the best codec both know is used.
 	// Default: "auto".
 	Codec string `yaml:"codec"`
+	// RTOMin is the minimum TCP retransmission timeout of the tunnel
+	// connections it accepts (Linux >= 6.14; elsewhere the kernel's 200 ms stays and a
+	// warning is logged). A lost segment that is the last in flight waits
+	// for 2 x RTT + this before it is sent again, so the kernel's 200 ms
+	// dominates p99 latency on lossy links. Up to 200ms (the kernel default,
+	// which turns the tuning off). Default: 20ms.
+	RTOMin time.Duration `yaml:"rto_min"`
 	// TLS makes the tunnel listener speak TLS 1.3 (cert_file and key_file
 	// required); with ca_file, edges must present client certificates.
 	// Optional. Default: none (plain TCP).
@@ -310,6 +324,7 @@ type defaulter interface {
 func (o *OriginConfig) setDefaults() {
 	o.MaxConnections = 256
 	o.Codec = "auto"
+	o.RTOMin = DefaultRTOMin
 }
 
 func (p *Peer) setDefaults() {
@@ -319,7 +334,15 @@ func (p *Peer) setDefaults() {
 	p.DialTimeout = 5 * time.Second
 	p.KeepaliveInterval = 15 * time.Second
 	p.KeepaliveTimeout = 10 * time.Second
+	p.RTOMin = DefaultRTOMin
 }
+
+// DefaultRTOMin is the default minimum RTO of tunnel sockets: a few jiffies, above
+// the 2 x RTT a probe adds, well below the kernel's 200 ms.
+const DefaultRTOMin = 20 * time.Millisecond
+
+// MaxRTOMin is the largest rto_min accepted: the kernel's own minimum.
+const MaxRTOMin = 200 * time.Millisecond
 
 func (r *Route) setDefaults() {
 	r.PathPrefix = "/"

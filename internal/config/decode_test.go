@@ -324,7 +324,7 @@ func TestParseDefaults(t *testing.T) {
 			Listeners: []Listener{{Name: "main", Listen: ":8080"}},
 			Peers: []Peer{{
 				Name: "dc1", Address: "dc1:7070", Transport: "tcp", Connections: 2, Codec: "auto",
-				DialTimeout: 5 * time.Second, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second,
+				DialTimeout: 5 * time.Second, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second, RTOMin: 20 * time.Millisecond,
 			}},
 			Routes: []Route{{PathPrefix: "/", Peer: "dc1", Upstream: "bill"}},
 		},
@@ -342,6 +342,7 @@ func TestParseDefaults(t *testing.T) {
 			},
 			MaxConnections: 256,
 			Codec:          "auto",
+			RTOMin:         20 * time.Millisecond,
 		},
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,

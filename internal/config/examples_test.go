@@ -97,6 +97,7 @@ origin:
       insecure_skip_verify: false
   max_connections: 256
   codec: auto
+  rto_min: 20ms
 limits:
   max_request_bytes: 32MiB
   max_response_bytes: 64MiB

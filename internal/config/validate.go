@@ -93,6 +93,7 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		checkPositive(errs, p+".dial_timeout", peer.DialTimeout)
 		checkPositive(errs, p+".keepalive_interval", peer.KeepaliveInterval)
 		checkPositive(errs, p+".keepalive_timeout", peer.KeepaliveTimeout)
+		checkRTOMin(errs, p+".rto_min", peer.RTOMin)
 		if peer.TLS != nil {
 			peer.TLS.validate(errs, p+".tls", false)
 		}
@@ -168,6 +169,7 @@ func (o *OriginConfig) validate(errs *errorList) {
 		errs.add("origin.max_connections", "must be at least 1, got %d", o.MaxConnections)
 	}
 	checkOneOf(errs, "origin.codec", "codec", o.Codec, CodecNames)
+	checkRTOMin(errs, "origin.rto_min", o.RTOMin)
 	if len(o.Upstreams) == 0 {
 		errs.add("origin.upstreams", "at least one upstream is required")
 	}
@@ -350,6 +352,13 @@ func checkPositive(errs *errorList, path string, d time.Duration) {
 		errs.add(path, "must not be negative, got %s", d)
 	case d == 0:
 		errs.add(path, "must be greater than 0")
+	}
+}
+
+func checkRTOMin(errs *errorList, path string, d time.Duration) {
+	checkPositive(errs, path, d)
+	if d > MaxRTOMin {
+		errs.add(path, "must be at most %s (the kernel's own minimum), got %s", MaxRTOMin, d)
 	}
 }
 

@@ -180,6 +180,7 @@ func TestParseValidationErrors(t *testing.T) {
 				"      dial_timeout: 0s",       // 12
 				"      keepalive_interval: 0s", // 13
 				"      keepalive_timeout: 0s",  // 14
+				"      rto_min: 1s",            // 15
 			)...),
 			want: []string{
 				`x.yaml:9: edge.peers[0].transport: unknown transport "udp" (allowed: tcp)`,
@@ -188,6 +189,7 @@ func TestParseValidationErrors(t *testing.T) {
 				"x.yaml:12: edge.peers[0].dial_timeout: must be greater than 0",
 				"x.yaml:13: edge.peers[0].keepalive_interval: must be greater than 0",
 				"x.yaml:14: edge.peers[0].keepalive_timeout: must be greater than 0",
+				"x.yaml:15: edge.peers[0].rto_min: must be at most 200ms (the kernel's own minimum), got 1s",
 			},
 		},
 		{
@@ -374,7 +376,7 @@ func TestValidateWithoutPositions(t *testing.T) {
 	c.Node = "gw"
 	require.EqualError(t, c.Validate(), "no role configured: add an edge section, an origin section, or both")
 
-	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Codec: "auto", Upstreams: []Upstream{{
+	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Codec: "auto", RTOMin: DefaultRTOMin, Upstreams: []Upstream{{
 		Name: "a", URL: "http://a", HTTPVersion: HTTP10, HostHeader: HostHeaderPreserve,
 		ConnectTimeout: time.Second, ResponseTimeout: time.Second, IdleTimeout: time.Second,
 	}}}

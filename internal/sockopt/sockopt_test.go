@@ -1,0 +1,70 @@
+package sockopt
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSetRTOMin(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+
+	before, err := RTOMin(c)
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("kernel without TCP_RTO_MIN_US: %v", err)
+	}
+	require.NoError(t, err)
+	require.Equal(t, 200*time.Millisecond, before, "the kernel default")
+
+	require.NoError(t, SetRTOMin(c, 20*time.Millisecond))
+	after, err := RTOMin(c)
+	require.NoError(t, err)
+	// Rounded up to the timer granularity (a jiffy: 1, 3.3, 4 or 10 ms).
+	require.GreaterOrEqual(t, after, 20*time.Millisecond)
+	require.Less(t, after, 30*time.Millisecond)
+}
+
+func TestSetRTOMinRejects(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Millisecond, 201 * time.Millisecond} {
+		require.Error(t, SetRTOMin(nil, d), "%s", d)
+	}
+	p, q := net.Pipe()
+	defer p.Close()
+	defer q.Close()
+	require.ErrorIs(t, SetRTOMin(p, 20*time.Millisecond), ErrUnsupported, "not a socket")
+}
+
+// Set before connect and listen, the option holds on the dialled and the accepted side.
+func TestRTOMinControl(t *testing.T) {
+	var reported []error
+	report := func(err error) { reported = append(reported, err) }
+	lc := net.ListenConfig{Control: RTOMinControl(20*time.Millisecond, report)}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	d := net.Dialer{Control: RTOMinControl(20*time.Millisecond, report)}
+	c, err := d.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := ln.Accept()
+	require.NoError(t, err)
+	defer s.Close()
+	if len(reported) > 0 && errors.Is(reported[0], ErrUnsupported) {
+		t.Skipf("kernel without TCP_RTO_MIN_US: %v", reported[0])
+	}
+	require.Empty(t, reported)
+	for name, conn := range map[string]net.Conn{"dialled": c, "accepted": s} {
+		got, err := RTOMin(conn)
+		require.NoError(t, err)
+		require.Less(t, got, 30*time.Millisecond, name)
+	}
+}
