@@ -21,9 +21,17 @@ import (
 // [headRefs] heads of the same kind (most recently used first), so interleaved
 // operations (credit, confirm, reserve...) each find their own previous head.
 //
+// Each remembered head also carries a prediction of its next value per position: a
+// position that changed by a numeric step (a decimal, the trailing number of a string, an
+// HTTP date) is predicted to change by the same step again; the Content-Length header
+// is predicted to repeat the envelope's length; any other position to stay the same. A
+// run of positions "as predicted" costs one byte, and a head entirely as predicted
+// costs only its reference byte: a client's steady heads, whose exchange id and call
+// counters advance by one each time, cost one byte.
+//
 // Both ends apply the same updates in the same order (the tunnel feeds messages in wire
 // order), so their lists stay identical. Values of credential headers are never kept:
-// they are coded literally every time and stored as empty strings.
+// they are coded literally every time and stored as empty strings, never predicted.
 
 // headRefs is how many heads per kind both ends remember.
 const headRefs = 8
@@ -36,8 +44,20 @@ const maxStoredHead = 16 << 10
 // at most 32 Ki fields), so a hostile count cannot make it allocate.
 const maxHeadFields = 1 << 16
 
-// Head-list ops. A list is coded as: ref (u8: index, or noRef), count (uvarint), then ops
-// covering every position in order.
+// A list is coded as: ref (u8), [count (uvarint)], then ops covering every position in
+// order. The ref byte is noRef (no reference; the count follows), or the reference's
+// index (bits 0-2) with at most one of the flags:
+//
+//	refSameCount: the list has as many positions as the reference (no count follows);
+//	refPredicted: the list has as many positions as the reference and every one of
+//	              them has its predicted value (neither count nor ops follow).
+const (
+	refIndex     = 0x07
+	refSameCount = 0x08
+	refPredicted = 0x10
+)
+
+// Head-list ops.
 const (
 	opSameMax   = 0x3f // 0x00..0x3f: the next op+1 positions equal the reference's
 	opLiteral   = 0x40 // uvarint len, bytes
@@ -47,12 +67,24 @@ const (
 	opTailDelta = 0x44 // zigzag varint: same text up to the trailing digits, which are the reference's + delta
 	opDate      = 0x45 // zigzag varint: an HTTP date (RFC 1123, GMT) = the reference's + delta seconds
 	opSameDelta = 0x46 // a decimal integer = the reference's + the delta of this head's previous opDelta
-	noRef       = 0xff
+	opPredicted = 0x80 // 0x80..0xbf: the next op-0x7f positions have their predicted values
+	opPredMax   = 0xbf
+	opSkip      = 0xc0 // 0xc0..0xff: ((op>>3)&7)+1 predicted positions, then op opLiteral+(op&7) (..opSameDelta)
+	opSkipMax   = 8    // predicted positions an opSkip byte holds
+	noRef       = 0xff // ref byte: no reference
 )
+
+// The ref byte holds the index in 3 bits.
+var _ [refIndex + 1 - headRefs]struct{}
 
 // sensitiveHeader reports whether a header's value is a credential (HPACK's never-indexed
 // fields): such values never enter the model.
 func sensitiveHeader(name string) bool {
+	switch len(name) {
+	case len("Authorization"), len("Proxy-Authorization"), len("Cookie"), len("Set-Cookie"):
+	default:
+		return false
+	}
 	switch {
 	case strings.EqualFold(name, "Authorization"), strings.EqualFold(name, "Proxy-Authorization"),
 		strings.EqualFold(name, "Cookie"), strings.EqualFold(name, "Set-Cookie"):
@@ -63,10 +95,65 @@ func sensitiveHeader(name string) bool {
 
 // headModel is one direction's memory of past heads, per kind.
 type headModel struct {
-	refs map[byte][][]string // kind -> heads, most recently used first
+	refs map[byte][]*refHead // kind -> heads, most recently used first
 }
 
-func newHeadModel() *headModel { return &headModel{refs: map[byte][][]string{}} }
+func newHeadModel() *headModel { return &headModel{refs: map[byte][]*refHead{}} }
+
+// refHead is a remembered head: its strings and, per position, the value predicted for
+// the next head coded against it.
+type refHead struct {
+	val  []string
+	pred []string // nil when no position is expected to change; else pred[i] (val[i] if unchanged)
+	// link[i] = k+1 (k < i) when position i is predicted to equal position k of the head
+	// being coded (the Content-Length header mirrors the envelope's length); nil when no
+	// position is linked.
+	link []uint8
+}
+
+// predicted returns the value position i of list is predicted to have, given the
+// positions of list before i.
+func (r *refHead) predicted(list []string, i int) (string, bool) {
+	if r.link != nil && r.link[i] != 0 {
+		k := int(r.link[i]) - 1
+		if k >= i || k >= len(list) {
+			return "", false
+		}
+		return list[k], true
+	}
+	if r.pred == nil {
+		return r.val[i], true
+	}
+	return r.pred[i], true
+}
+
+// predictedAs reports whether position i of list has its predicted value.
+func (r *refHead) predictedAs(list []string, i int) bool {
+	p, ok := r.predicted(list, i)
+	return ok && p == list[i]
+}
+
+// matches reports whether position i of list equals the reference's value (same) and
+// whether it equals its predicted value (pred). Credentials never match.
+func (r *refHead) matches(list []string, fixed, i int) (same, pred bool) {
+	if r == nil || i >= len(r.val) || sensitiveAt(list, fixed, i) {
+		return false, false
+	}
+	s := list[i]
+	p, ok := r.predicted(list, i)
+	return s == r.val[i], ok && s == p
+}
+
+// lengthPos is the position of the envelope's content length in a head of kind, or -1.
+func lengthPos(kind byte) int {
+	switch kind {
+	case envelope.KindRequest:
+		return 6
+	case envelope.KindResponse:
+		return 3
+	}
+	return -1
+}
 
 // headFields flattens a parsed head into its list of strings. fixed is how many leading
 // strings are not header name/value pairs.
@@ -186,71 +273,144 @@ func sensitiveAt(list []string, fixed, i int) bool {
 	return i > fixed && (i-fixed)%2 == 1 && sensitiveHeader(list[i-1])
 }
 
+// selectRef returns the index of the remembered head of kind that list is estimated to
+// code shortest against (the most recent one of those that tie), or noRef. The encoder
+// codes against it and commit learns from it: both ends choose the same one, as their
+// models and lists are identical.
+func (m *headModel) selectRef(kind byte, list []string, fixed int) int {
+	best, bestCost := noRef, 0
+	for i, r := range m.refs[kind] {
+		cost := 0
+		for j := 0; j < len(list) && (best == noRef || cost < bestCost); j++ {
+			switch {
+			case j >= len(r.val) || sensitiveAt(list, fixed, j):
+				cost += 2 + len(list[j])
+			case list[j] == r.val[j]:
+			case r.predictedAs(list, j):
+			default:
+				// About what an edit of the differing middle costs; numbers and dates
+				// code in about as much.
+				a, b := r.val[j], list[j]
+				pre := commonPrefix(a, b)
+				cost += 2 + len(b) - pre - commonSuffix(a[pre:], b[pre:])
+			}
+		}
+		if best == noRef || cost < bestCost {
+			best, bestCost = i, cost
+		}
+	}
+	return best
+}
+
 // encode appends the coding of list against the best remembered head of kind and
 // returns the reference it used; the caller applies the update with commit once it
 // keeps the coding.
 func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]byte, int) {
-	refs := m.refs[kind]
-	best, bestScore := noRef, -1
-	for i, r := range refs {
-		score := 0
-		for j := 0; j < len(list) && j < len(r); j++ {
-			if list[j] == r[j] {
-				score++
+	best := m.selectRef(kind, list, fixed)
+	var ref *refHead
+	var refLen int
+	if best != noRef {
+		ref = m.refs[kind][best]
+		refLen = len(ref.val)
+	}
+	if ref != nil && len(list) == refLen {
+		all := true
+		for i := range list {
+			if _, pred := ref.matches(list, fixed, i); !pred {
+				all = false
+				break
 			}
 		}
-		if score > bestScore {
-			best, bestScore = i, score
+		if all {
+			return append(dst, byte(best)|refPredicted), best
 		}
 	}
-	var ref []string
-	if best != noRef {
-		ref = refs[best]
-	}
-	dst = append(dst, byte(best))
-	dst = binary.AppendUvarint(dst, uint64(len(list)))
-	same := 0
-	flush := func() {
-		for same > 0 {
-			n := min(same, opSameMax+1)
-			dst = append(dst, byte(n-1))
-			same -= n
-		}
+	switch {
+	case ref == nil:
+		dst = binary.AppendUvarint(append(dst, noRef), uint64(len(list)))
+	case len(list) == refLen:
+		dst = append(dst, byte(best)|refSameCount)
+	default:
+		dst = binary.AppendUvarint(append(dst, byte(best)), uint64(len(list)))
 	}
 	lastDelta, haveDelta := int64(0), false
-	for i, s := range list {
-		if sensitiveAt(list, fixed, i) {
-			flush()
-			dst = append(dst, opSensitive)
-			dst = appendStr(dst, s)
-			continue
+	// Predicted positions wait in pending: up to opSkipMax of them before an explicit op
+	// travel in its byte.
+	pending := 0
+	flushPending := func(keep int) {
+		for pending > keep {
+			k := min(pending, opPredMax-opPredicted+1)
+			dst = append(dst, opPredicted+byte(k-1))
+			pending -= k
 		}
-		if i < len(ref) && ref[i] == s {
-			same++
-			continue
-		}
-		flush()
-		if i >= len(ref) {
-			dst = append(dst, opLiteral)
-			dst = appendStr(dst, s)
-			continue
-		}
-		if a, ok := decimal(ref[i]); ok {
-			if b, ok := decimal(s); ok {
-				// Content-Length travels twice (envelope and header) and changes by the
-				// same amount in both: the second costs one byte.
-				if haveDelta && b-a == lastDelta {
-					dst = append(dst, opSameDelta)
-				} else {
-					dst = binary.AppendVarint(append(dst, opDelta), b-a)
+	}
+	for i := 0; i < len(list); {
+		// A run of positions equal to the reference's or to their predictions: the
+		// longer of the two kinds of run starting here (covering the positions with
+		// the fewest runs; predicted ones on a tie, as they merge with a following op).
+		same, pred := ref.matches(list, fixed, i)
+		if same || pred {
+			ns, np := 0, 0
+			for j := i; j < len(list); j++ {
+				s, p := ref.matches(list, fixed, j)
+				if !s && !p {
+					break
 				}
-				lastDelta, haveDelta = b-a, true
+				if s && ns == j-i {
+					ns++
+				}
+				if p && np == j-i {
+					np++
+				}
+				if ns < j-i+1 && np < j-i+1 {
+					break
+				}
+			}
+			if np >= ns {
+				pending += np
+				i += np
 				continue
 			}
+			flushPending(0)
+			for n := ns; n > 0; {
+				k := min(n, opSameMax+1)
+				dst = append(dst, byte(k-1))
+				n -= k
+			}
+			i += ns
+			continue
 		}
-		dst = appendChange(dst, ref[i], s)
+		flushPending(opSkipMax)
+		mark := len(dst)
+		s := list[i]
+		switch {
+		case sensitiveAt(list, fixed, i):
+			dst = appendStr(append(dst, opSensitive), s)
+		case i >= refLen:
+			dst = appendStr(append(dst, opLiteral), s)
+		default:
+			if a, ok := decimal(ref.val[i]); ok {
+				if b, ok := decimal(s); ok {
+					// Content-Length travels twice (envelope and header) and changes by the
+					// same amount in both: the second costs one byte.
+					if haveDelta && b-a == lastDelta {
+						dst = append(dst, opSameDelta)
+					} else {
+						dst = binary.AppendVarint(append(dst, opDelta), b-a)
+					}
+					lastDelta, haveDelta = b-a, true
+					break
+				}
+			}
+			dst = appendChange(dst, ref.val[i], s)
+		}
+		if pending > 0 {
+			dst[mark] = opSkip | byte(pending-1)<<3 | (dst[mark] - opLiteral)
+			pending = 0
+		}
+		i++
 	}
-	flush()
+	flushPending(0)
 	return dst, best
 }
 
@@ -294,23 +454,53 @@ func appendChange(dst []byte, r, s string) []byte {
 	return appendStr(append(dst, opLiteral), s)
 }
 
-// commit remembers list as the most recent head of kind. Encoder and decoder call it
+// commit remembers list as the most recent head of kind, with the predictions it learns
+// from comparing list with the head selectRef picks for it. Encoder and decoder call it
 // with identical arguments.
 func (m *headModel) commit(kind byte, list []string, fixed int) {
 	size := 0
 	for _, s := range list {
 		size += len(s)
 	}
-	stored := make([]string, len(list))
+	stored := &refHead{} // empty when too big to keep: coded literally next time
 	if size <= maxStoredHead {
+		var ref *refHead
+		if best := m.selectRef(kind, list, fixed); best != noRef {
+			ref = m.refs[kind][best]
+		}
+		stored.val = make([]string, len(list))
+		lp := lengthPos(kind)
 		for i, s := range list {
 			if sensitiveAt(list, fixed, i) {
-				s = ""
+				continue // "", never predicted
 			}
-			stored[i] = strings.Clone(s) // never alias a message buffer
+			if ref != nil && i < len(ref.val) && ref.val[i] == s {
+				s = ref.val[i] // shared with the reference
+			} else {
+				s = strings.Clone(s) // never alias a message buffer
+			}
+			stored.val[i] = s
+			if stored.pred != nil {
+				stored.pred[i] = s
+			}
+			switch {
+			case lp >= 0 && i > fixed && i > lp && (i-fixed)%2 == 1 && s == list[lp] &&
+				strings.EqualFold(list[i-1], "Content-Length"):
+				if stored.link == nil {
+					stored.link = make([]uint8, len(list))
+				}
+				stored.link[i] = uint8(lp + 1)
+			case ref != nil && i < len(ref.val) && ref.val[i] != s:
+				if p, ok := nextStep(ref.val[i], s); ok && size+len(p) <= maxStoredHead {
+					if stored.pred == nil {
+						stored.pred = make([]string, len(list))
+						copy(stored.pred, stored.val)
+					}
+					stored.pred[i] = p
+					size += len(p)
+				}
+			}
 		}
-	} else {
-		stored = nil // too big to keep; it will be coded literally next time
 	}
 	// Push in front and forget the oldest. The reference is kept too: interleaved
 	// operations (credit, confirm, reserve...) each keep their own latest head.
@@ -324,6 +514,34 @@ func (m *headModel) commit(kind byte, list []string, fixed int) {
 	m.refs[kind] = refs
 }
 
+// nextStep returns the value that follows s when r changed into s by a numeric step (a
+// decimal integer, the trailing number of a string with the same prefix, an HTTP date):
+// s advanced by the same step. ok is false for any other change. The prediction is a
+// plain string both ends compute alike: a value is coded as predicted only when it is
+// exactly that string.
+func nextStep(r, s string) (string, bool) {
+	if a, ok := decimal(r); ok {
+		if b, ok := decimal(s); ok {
+			return strconv.FormatInt(b+(b-a), 10), true // |a|, |b| < 1e18: no overflow
+		}
+		return "", false
+	}
+	if a, ok := parseHTTPDate(r); ok {
+		if b, ok := parseHTTPDate(s); ok {
+			next := time.Unix(b+(b-a), 0).UTC().Format(httpDate)
+			_, ok = parseHTTPDate(next) // a 4-digit year
+			return next, ok
+		}
+		return "", false
+	}
+	if rp, rn, ok := tailNumber(r); ok {
+		if sp, sn, ok := tailNumber(s); ok && rp == sp && sn+(sn-rn) >= 0 {
+			return sp + strconv.FormatInt(sn+(sn-rn), 10), true
+		}
+	}
+	return "", false
+}
+
 // decode reads a coded list of kind from p, returning the list, the reference index used
 // and the rest of p. maxBytes bounds the total size of the strings it produces.
 func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, ref int, rest []byte, err error) {
@@ -333,21 +551,34 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 	if len(p) < 1 {
 		return bad("missing reference")
 	}
-	ref = int(p[0])
+	rb := p[0]
 	p = p[1:]
+	ref = noRef
+	var rh *refHead
 	var refList []string
-	if ref != noRef {
+	if rb != noRef {
+		if rb&^(refIndex|refSameCount|refPredicted) != 0 || rb&refSameCount != 0 && rb&refPredicted != 0 {
+			return bad(fmt.Sprintf("reference byte 0x%02x", rb))
+		}
+		ref = int(rb & refIndex)
 		refs := m.refs[kind]
 		if ref >= len(refs) {
 			return bad(fmt.Sprintf("reference %d of %d heads", ref, len(refs)))
 		}
-		refList = refs[ref]
+		rh = refs[ref]
+		refList = rh.val
 	}
-	n, k := binary.Uvarint(p)
-	if k <= 0 || n > maxHeadFields {
-		return bad("field count")
+	var n uint64
+	if rb != noRef && rb&(refSameCount|refPredicted) != 0 {
+		n = uint64(len(refList))
+	} else {
+		var k int
+		n, k = binary.Uvarint(p)
+		if k <= 0 || n > maxHeadFields {
+			return bad("field count")
+		}
+		p = p[k:]
 	}
-	p = p[k:]
 	list = make([]string, 0, min(n, 64))
 	total := 0
 	fixed := fixedFields(kind)
@@ -356,6 +587,29 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 		total += len(s)
 		list = append(list, s)
 		return total <= maxBytes
+	}
+	// addPredicted appends the predicted values of the next run positions.
+	addPredicted := func(run int) error {
+		i := len(list)
+		if uint64(i+run) > n || i+run > len(refList) {
+			return fmt.Errorf("%w: token head: predicted run beyond the reference", ErrCorrupt)
+		}
+		for j := i; j < i+run; j++ {
+			s, ok := rh.predicted(list, j)
+			if !ok {
+				return fmt.Errorf("%w: token head: bad prediction link", ErrCorrupt)
+			}
+			if !add(s) {
+				return ErrTooLarge
+			}
+		}
+		return nil
+	}
+	if rb != noRef && rb&refPredicted != 0 {
+		if err := addPredicted(len(refList)); err != nil {
+			return nil, 0, nil, err
+		}
+		return list, ref, p, nil
 	}
 	for uint64(len(list)) < n {
 		if len(p) == 0 {
@@ -376,6 +630,22 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 			}
 			continue
 		}
+		if op >= opPredicted && op <= opPredMax {
+			if err := addPredicted(int(op-opPredicted) + 1); err != nil {
+				return nil, 0, nil, err
+			}
+			continue
+		}
+		if op >= opSkip {
+			if err := addPredicted(int(op>>3&7) + 1); err != nil {
+				return nil, 0, nil, err
+			}
+			op = opLiteral + op&7
+			if uint64(len(list)) >= n {
+				return bad("op beyond the count")
+			}
+		}
+		i = len(list)
 		var s string
 		switch op {
 		case opLiteral, opSensitive:
@@ -559,9 +829,15 @@ func (m *headModel) digest() uint64 {
 	h := fnv.New64a()
 	for _, kind := range []byte{envelope.KindRequest, envelope.KindResponse, envelope.KindError} {
 		for _, r := range m.refs[kind] {
-			fmt.Fprintf(h, "%c%d|", kind, len(r))
-			for _, s := range r {
+			fmt.Fprintf(h, "%c%d|", kind, len(r.val))
+			for i, s := range r.val {
 				fmt.Fprintf(h, "%d:%s", len(s), s)
+				if r.pred != nil && r.pred[i] != s {
+					fmt.Fprintf(h, ">%d:%s", len(r.pred[i]), r.pred[i])
+				}
+				if r.link != nil && r.link[i] != 0 {
+					fmt.Fprintf(h, "=%d", r.link[i])
+				}
 			}
 		}
 	}
