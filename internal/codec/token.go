@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/soapgw/soapgw/internal/codec/xmltok"
+	"github.com/soapgw/soapgw/internal/envelope"
 )
 
 // token: the synchronized token cache. A message's envelope head is coded by the head
@@ -17,17 +18,32 @@ import (
 //
 // Payload:
 //
-//	flags (1 byte) | [uvarint dictionary budget] | [kind (1 byte), coded head] | xmltok payload
+//	flags (1 byte) | [uvarint dictionary budget] | [coded head] | xmltok payload
 //
-//	flags bit 0: the message starts with an envelope head, coded by the head model;
-//	             otherwise the whole message is the body.
-//	flags bit 7: the first message of an encoder announces the dictionary budget it codes
-//	             with, so the decoder matches it without shared configuration.
+//	flags bits 0-1: the kind of the envelope head the message starts with, coded by the
+//	                head model (1 request, 2 response, 3 error); 0: no coded head, the
+//	                whole message is the body. The kind rides here rather than in a byte
+//	                of its own: on a link where a whole exchange is ~150 bytes, it counts.
+//	flags bit 7:    the first message of an encoder announces the dictionary budget it
+//	                codes with, so the decoder matches it without shared configuration.
 
 const (
-	tokenHead     = 1 << 0
+	tokenHead     = 0b11 // mask of the head kind bits
 	tokenAnnounce = 1 << 7
 )
+
+// headKinds maps the flags' head kind bits to envelope kinds (index 0: no coded head).
+var headKinds = [4]byte{0, envelope.KindRequest, envelope.KindResponse, envelope.KindError}
+
+// kindBits returns the flags' head kind bits for an envelope kind (0 if unknown).
+func kindBits(kind byte) byte {
+	for i, k := range headKinds {
+		if i > 0 && k == kind {
+			return byte(i)
+		}
+	}
+	return 0
+}
 
 // DefaultTokenDict is the token dictionary budget per connection direction.
 const DefaultTokenDict = 1 << 20
@@ -94,14 +110,13 @@ func (e *TokenEncoder) Encode(dst, msg []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(e.dict))
 	}
 	body := msg
-	if kind, list, fixed, b, ok := splitHead(msg); ok {
+	if kind, list, fixed, b, ok := splitHead(msg); ok && kindBits(kind) != 0 {
 		mark := len(dst)
-		dst = append(dst, kind)
 		dst, _ = e.heads.encode(dst, kind, list, fixed)
 		// The head's coding must not be longer than the head itself: the payload stays
 		// within MaxExpansion of the message.
 		if len(dst)-mark <= len(msg)-len(b) {
-			dst[start] |= tokenHead
+			dst[start] |= kindBits(kind)
 			body = b
 		} else {
 			// The head travels inside the body; the decoder finds it there and
@@ -147,11 +162,8 @@ func (d *TokenDecoder) Decode(dst, payload []byte) ([]byte, error) {
 	}
 	start := len(dst)
 	if flags&tokenHead != 0 {
-		if len(p) == 0 {
-			return dst, fmt.Errorf("%w: token head kind missing", ErrCorrupt)
-		}
-		kind := p[0]
-		list, _, rest, err := d.heads.decode(p[1:], kind, d.max)
+		kind := headKinds[flags&tokenHead]
+		list, _, rest, err := d.heads.decode(p, kind, d.max)
 		if err != nil {
 			return dst, err
 		}
