@@ -319,15 +319,20 @@ func (s *Session) fallbackIdentity(st *Stream, id uint32, raw []byte, ack uint64
 // s.hdrBuf[HeaderLen:], where the header is then put in front of it.
 func (s *Session) writeFrame(h frame.Header, head, data, tail []byte) error {
 	h.Length = uint32(len(head) + len(data) + len(tail))
-	b := h.Append(s.hdrBuf[:0])
-	b = append(b, head...) // in place when head already sits behind the header
-	s.m.countFrameOf(&s.m.sent, h.Type, len(b)+len(data)+len(tail))
-	_, err := s.bw.Write(b)
-	if err == nil {
-		_, err = s.bw.Write(data)
+	var hdr []byte
+	if h.Compactable() {
+		hdr = s.appendHeader(s.cbuf[:0], h)
+	} else {
+		hdr = h.Append(s.hdrBuf[:0])
+		hdr = append(hdr, head...) // in place when head already sits behind the header
+		head = nil
 	}
-	if err == nil {
-		_, err = s.bw.Write(tail)
+	s.m.countFrameOf(&s.m.sent, h.Type, len(hdr)+len(head)+len(data)+len(tail))
+	var err error
+	for _, p := range [...][]byte{hdr, head, data, tail} {
+		if len(p) > 0 && err == nil {
+			_, err = s.bw.Write(p)
+		}
 	}
 	if err != nil {
 		s.closeWithError(fmt.Errorf("tunnel: write: %w", err))

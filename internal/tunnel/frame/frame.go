@@ -14,9 +14,10 @@ const HeaderLen = 9
 // hostile length field from making a receiver allocate more than this per frame.
 const MaxPayload = 1 << 20
 
-// Proto is the protocol version both sides must announce in HELLO. Version 2 added the
+// Proto is the protocol version both sides must announce in HELLO. Version 3 added the
+// compact DATA header (compact.go). Version 2 added the
 // preamble's ack field, CODEC_ACK, CODEC_NACK and HELLO's max_coded.
-const Proto = 2
+const Proto = 3
 
 // Type is a frame type.
 type Type uint8

@@ -12,15 +12,15 @@ import (
 )
 
 // specJSON is the HELLO example from SPEC.md.
-const specJSON = `{"proto":2,"node":"edge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"max_coded":1048576}`
+const specJSON = `{"proto":3,"node":"edge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"max_coded":1048576}`
 
 func specHello() frame.Hello {
-	return frame.Hello{Proto: 2, Node: "edge-1", Codecs: []uint8{0}, MaxFrame: 65536, Window: 262144, MaxStreams: 256, MaxCoded: 1 << 20}
+	return frame.Hello{Proto: 3, Node: "edge-1", Codecs: []uint8{0}, MaxFrame: 65536, Window: 262144, MaxStreams: 256, MaxCoded: 1 << 20}
 }
 
 // helloJSON renders a HELLO document by hand (codecs as a JSON array, as SPEC.md shows).
 func helloJSON(maxFrame, window, maxStreams uint64) string {
-	return fmt.Sprintf(`{"proto":2,"node":"n","codecs":[0,1],"max_frame":%d,"window":%d,"max_streams":%d,"max_coded":4096}`,
+	return fmt.Sprintf(`{"proto":3,"node":"n","codecs":[0,1],"max_frame":%d,"window":%d,"max_streams":%d,"max_coded":4096}`,
 		maxFrame, window, maxStreams)
 }
 
@@ -34,8 +34,8 @@ func TestParseHelloSpecExample(t *testing.T) {
 func TestHelloRoundTrip(t *testing.T) {
 	tests := []frame.Hello{
 		specHello(),
-		{Proto: 2, Node: "origin-7", Codecs: []uint8{0, 1, 2, 255}, MaxFrame: 1024, Window: 1024, MaxStreams: 1},
-		{Proto: 2, Node: "", Codecs: nil, MaxFrame: frame.MaxPayload, Window: 1 << 30, MaxStreams: 1<<32 - 1, MaxCoded: frame.MaxCodedLimit},
+		{Proto: 3, Node: "origin-7", Codecs: []uint8{0, 1, 2, 255}, MaxFrame: 1024, Window: 1024, MaxStreams: 1},
+		{Proto: 3, Node: "", Codecs: nil, MaxFrame: frame.MaxPayload, Window: 1 << 30, MaxStreams: 1<<32 - 1, MaxCoded: frame.MaxCodedLimit},
 		{Proto: 1, Node: `quo"te\ <&> ünï`, Codecs: []uint8{}, MaxFrame: 4096, Window: 1 << 20, MaxStreams: 64, MaxCoded: 1},
 	}
 	for _, want := range tests {
@@ -56,7 +56,7 @@ func TestHelloMemberNames(t *testing.T) {
 		keys = append(keys, k)
 	}
 	require.ElementsMatch(t, []string{"proto", "node", "codecs", "max_frame", "window", "max_streams", "max_coded"}, keys)
-	require.JSONEq(t, `2`, string(m["proto"]))
+	require.JSONEq(t, `3`, string(m["proto"]))
 	require.JSONEq(t, `1048576`, string(m["max_coded"]))
 	require.JSONEq(t, `"edge-1"`, string(m["node"]))
 	require.JSONEq(t, `65536`, string(m["max_frame"]))
@@ -77,10 +77,10 @@ func TestAppendHelloCodecsIsJSONArray(t *testing.T) {
 
 func TestParseHelloLenient(t *testing.T) {
 	tests := map[string]string{
-		"unknown members ignored": `{"proto":2,"node":"edge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"max_coded":1048576,"future":{"x":[1,2]},"z":null}`,
-		"member order free":       `{"max_coded":1048576,"max_streams":256,"window":262144,"max_frame":65536,"codecs":[0],"node":"edge-1","proto":2}`,
+		"unknown members ignored": `{"proto":3,"node":"edge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"max_coded":1048576,"future":{"x":[1,2]},"z":null}`,
+		"member order free":       `{"max_coded":1048576,"max_streams":256,"window":262144,"max_frame":65536,"codecs":[0],"node":"edge-1","proto":3}`,
 		"whitespace":              " \n\t" + specJSON + " \r\n",
-		"escaped strings":         `{"proto":2,"node":"\u0065dge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"max_coded":1048576}`,
+		"escaped strings":         `{"proto":3,"node":"\u0065dge-1","codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"max_coded":1048576}`,
 	}
 	for name, doc := range tests {
 		h, err := frame.ParseHello([]byte(doc))
@@ -117,7 +117,7 @@ func TestParseHelloBounds(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			require.Equal(t, frame.Hello{Proto: 2, Node: "n", Codecs: []uint8{0, 1},
+			require.Equal(t, frame.Hello{Proto: 3, Node: "n", Codecs: []uint8{0, 1},
 				MaxFrame: uint32(tt.maxFrame), Window: uint32(tt.window), MaxStreams: uint32(tt.maxStream), MaxCoded: 4096}, h)
 		})
 	}
@@ -174,8 +174,8 @@ func TestParseHelloBadJSON(t *testing.T) {
 		"array":              `[1,2]`,
 		"string":             `"hello"`,
 		"not json":           "\x00\x01\x02",
-		"proto string":       strings.Replace(specJSON, `"proto":2`, `"proto":"2"`, 1),
-		"proto float":        strings.Replace(specJSON, `"proto":2`, `"proto":1.5`, 1),
+		"proto string":       strings.Replace(specJSON, `"proto":3`, `"proto":"3"`, 1),
+		"proto float":        strings.Replace(specJSON, `"proto":3`, `"proto":1.5`, 1),
 		"codec above 255":    strings.Replace(specJSON, `[0]`, `[0,256]`, 1),
 		"codec negative":     strings.Replace(specJSON, `[0]`, `[-1]`, 1),
 		"codecs object":      strings.Replace(specJSON, `[0]`, `{}`, 1),
@@ -208,7 +208,7 @@ func TestParseHelloSizeLimit(t *testing.T) {
 // to MaxNode bytes of valid UTF-8 and HTML escaping is off, so every accepted HELLO
 // re-encodes within MaxHello.
 func TestHelloReencodeStaysWithinMaxHello(t *testing.T) {
-	prefix := `{"proto":2,"codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"node":"`
+	prefix := `{"proto":3,"codecs":[0],"max_frame":65536,"window":262144,"max_streams":256,"node":"`
 	doc := prefix + strings.Repeat("<", frame.MaxHello-len(prefix)-2) + `"}`
 	_, err := frame.ParseHello([]byte(doc))
 	require.ErrorIs(t, err, frame.ErrBadPayload, "over-long node name must be rejected")
