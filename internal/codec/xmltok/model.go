@@ -1,6 +1,7 @@
 package xmltok
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/bits"
 )
@@ -116,12 +117,22 @@ func mix(h, x uint64) uint64 {
 	return bits.RotateLeft64(h, 29) ^ h>>32
 }
 
+// hashBytes hashes a value or token for the digest and the association
+// key. It takes eight bytes per multiply (a 2 KB weather report is
+// hashed twice per message); both ends must compute the same function.
 func hashBytes(b []byte) uint64 {
-	h := uint64(0xcbf29ce484222325)
-	for _, c := range b {
-		h = (h ^ uint64(c)) * 0x100000001b3
+	h := uint64(0xcbf29ce484222325) ^ uint64(len(b))*0x100000001b3
+	for len(b) >= 8 {
+		h = (h ^ binary.LittleEndian.Uint64(b)) * 0x9E3779B97F4A7C15
+		h ^= h >> 29
+		b = b[8:]
 	}
-	return h
+	var t uint64
+	for i, c := range b {
+		t |= uint64(c) << (8 * uint(i))
+	}
+	h = (h ^ t) * 0x9E3779B97F4A7C15
+	return h ^ h>>32
 }
 
 func (m *model) digest() uint64 {
@@ -460,7 +471,13 @@ func (m *model) vctx() *vctx {
 		return x
 	}
 	if x.key != key {
-		*x = vctx{key: key, last: x.last[:0]}
+		// Keep the buffers: prose contexts collide often, and a fresh
+		// association table per collision was most of the garbage.
+		last, assoc := x.last[:0], x.assoc
+		for i := range assoc {
+			assoc[i].key = 0
+		}
+		*x = vctx{key: key, last: last, assoc: assoc}
 	}
 	return x
 }
@@ -506,7 +523,7 @@ func (m *model) setLast(x *vctx, v []byte, sh shape) {
 			x.assoc = make([]assocEnt, nAssoc)
 		}
 		// Two-way sets, most recent first.
-		set := x.assoc[m.key%(nAssoc/2)*2:][:2]
+		set := x.assoc[assocSet(m.key):][:2]
 		if set[0].key != m.key {
 			// Either the key is in the second way, or the second way is
 			// the least recent and gets overwritten: one swap does both.
@@ -525,7 +542,7 @@ func (m *model) assocFor(x *vctx) *assocEnt {
 	if m.key == 0 || x.assoc == nil {
 		return nil
 	}
-	set := x.assoc[m.key%(nAssoc/2)*2:][:2]
+	set := x.assoc[assocSet(m.key):][:2]
 	for i := range set {
 		if set[i].key == m.key {
 			return &set[i]
@@ -589,72 +606,165 @@ func (m *model) codeDelta(c *coder, x *vctx, b int, bs shape, d int64, u int) in
 	return unzigzag(q) * us[u]
 }
 
-// evalBases finds, for each delta base that can rebuild v, the unit to
-// code its delta in and the estimated cost; unit -1 marks a base that
-// cannot. Only the largest unit dividing the delta is tried (all of them
-// for a zero delta): it gives the shortest number almost always.
-func (m *model) evalBases(x *vctx, bsh *[4]shape, bb *[4][]byte, sh shape, v []byte) (unit [4]int8, cost [4]int) {
-	okCtx := -1
+// baseUnits finds, for each delta base that can rebuild v, the unit its
+// delta is coded in; -1 marks a base that cannot. The unit is the
+// largest that divides the delta (it gives the shortest number almost
+// always); for a zero delta, the unit the model finds cheapest. Both
+// ends call it with the same arguments (the decoder after rebuilding v).
+func (m *model) baseUnits(x *vctx, bsh *[4]shape, bb *[4][]byte, sh shape, v []byte) (unit [4]int8, q [4]uint64) {
+	canon := int8(-1) // is v its own rebuild? computed on first need
 	for b := range bsh {
 		unit[b] = -1
-		bs := bsh[b]
+		bs := &bsh[b]
 		if bs.kind == shNone || bs.kind != sh.kind {
 			continue
 		}
-		if b == baseZero && okCtx >= 0 {
+		if b == baseZero {
 			// Same layout as the context base: same rebuild.
-			if okCtx == 0 {
+			if unit[baseCtx] < 0 {
 				continue
 			}
-		} else if !m.reconEq(bb[b], bs, sh.v, v) {
-			if b == baseCtx {
-				okCtx = 0
-			}
+		} else if !m.rebuilds(bb[b], bs, v, sh, &canon) {
 			continue
-		} else if b == baseCtx {
-			okCtx = 1
 		}
 		d := sh.v - bs.v
-		us := units(bs)
-		best, bestCost := 0, 1<<30
-		for u := len(us) - 1; u >= 0; u-- {
-			if d%us[u] != 0 {
-				continue
+		if d != 0 {
+			us := units(*bs)
+			u := len(us) - 1
+			for d%us[u] != 0 {
+				u--
 			}
-			if c := costTree(x.unit[b][:], 3, uint32(u)) + costNum(&x.d[b], zigzag(d/us[u])); c < bestCost {
+			unit[b], q[b] = int8(u), zigzag(d/us[u])
+			continue
+		}
+		best, bestCost := 0, 1<<30
+		for u := 4; u >= 0; u-- {
+			if c := costTree(x.unit[b][:], 3, uint32(u)); c < bestCost {
 				best, bestCost = u, c
 			}
-			if d != 0 {
-				break
-			}
 		}
-		unit[b], cost[b] = int8(best), bestCost
+		unit[b] = int8(best)
 	}
-	return unit, cost
+	return unit, q
 }
 
-// trainBases teaches the delta models of the bases not used for v.
-func (m *model) trainBases(x *vctx, used int, bsh *[4]shape, unit *[4]int8, sh shape) {
-	for b := range bsh {
+// trainBases teaches the delta models of the bases not used for v: unit
+// and zigzagged delta per base, as baseUnits found them.
+func (m *model) trainBases(x *vctx, used int, unit *[4]int8, q *[4]uint64) {
+	for b := range unit {
 		if b == used || unit[b] < 0 {
 			continue
 		}
-		u := int(unit[b])
-		trainTree(x.unit[b][:], 3, uint32(u))
-		trainNum(&x.d[b], zigzag((sh.v-bsh[b].v)/units(bsh[b])[u]))
+		trainTree(x.unit[b][:], 3, uint32(unit[b]))
+		trainNum(&x.d[b], q[b])
 	}
 }
 
-func absDiff(a, b int64) uint64 {
-	if a > b {
-		return uint64(a) - uint64(b)
+// rebuilds reports whether recon(base, bs, sh.v) is exactly want, whose
+// shape is sh. Most numbers have the layout of their base (same prefix,
+// fraction digits, padding and zone): then, if want is its own rebuild
+// (canonical), so is the base's, without formatting anything. Otherwise
+// a length check or the rebuild itself decides. canon caches whether
+// want is canonical (-1: not known yet).
+func (m *model) rebuilds(base []byte, bs *shape, want []byte, sh shape, canon *int8) bool {
+	if bs.kind == shNum {
+		if n := reconLenNum(bs, sh.v); n != len(want) {
+			return false
+		}
 	}
-	return uint64(b) - uint64(a)
-}
-
-func (m *model) reconEq(base []byte, bs shape, v int64, want []byte) bool {
-	m.tmp = recon(m.tmp[:0], base, bs, v)
+	if bs.frac == sh.frac && bs.suf == sh.suf && string(base[len(base)-int(bs.suf):]) == string(want[len(want)-int(sh.suf):]) &&
+		(bs.kind != shNum || bs.pre == sh.pre && string(base[:bs.pre]) == string(want[:sh.pre])) {
+		// The rebuilds of want in its own layout and in the base's differ
+		// at most in the zero padding of the integer part, which the
+		// length check has ruled out for numbers.
+		if *canon < 0 {
+			*canon = int8(b2u(m.canonical(want, sh)))
+		}
+		if *canon == 1 {
+			return true
+		}
+	}
+	m.tmp = recon(m.tmp[:0], base, *bs, sh.v)
 	return string(m.tmp) == string(want)
+}
+
+// canonical reports whether v is rebuilt from its own shape: a number
+// always is, but for a negative zero ("-0.0": the sign is lost); a time
+// is unless its fields are out of range ("2003-02-30" rebuilds as
+// "2003-03-02").
+func (m *model) canonical(v []byte, sh shape) bool {
+	switch sh.kind {
+	case shNum:
+		return sh.v != 0 || v[sh.pre] != '-'
+	case shDateTime, shDate, shTime:
+		return timeFieldsValid(v, sh.kind)
+	}
+	return false
+}
+
+// timeFieldsValid reports whether the fields of a time value that
+// parseTime accepted are in range, which is when recon gives it back:
+// a real calendar date (any four-digit year), hours below 24 after a
+// date, minutes and seconds below 60.
+func timeFieldsValid(v []byte, kind uint8) bool {
+	clock := 0
+	if kind != shTime {
+		y1, _ := d2(v, 0)
+		y2, _ := d2(v, 2)
+		mo, _ := d2(v, 5)
+		d, _ := d2(v, 8)
+		if mo < 1 || mo > 12 || d < 1 || d > daysIn(y1*100+y2, mo) {
+			return false
+		}
+		if kind == shDate {
+			return true
+		}
+		clock = 11
+		if h, _ := d2(v, clock); h > 23 {
+			return false
+		}
+	}
+	mi, _ := d2(v, clock+3)
+	s, _ := d2(v, clock+6)
+	return mi < 60 && s < 60
+}
+
+func daysIn(y, m int64) int64 {
+	switch m {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
+}
+
+// reconLenNum is len(recon(base, bs, v)) for a number layout bs.
+func reconLenNum(bs *shape, v int64) int {
+	n := int(bs.pre) + int(bs.suf)
+	u := uint64(v)
+	if v < 0 {
+		n++
+		u = -u
+	}
+	if bs.frac > 0 {
+		n += 1 + int(bs.frac)
+		u /= uint64(pow10[bs.frac])
+	}
+	return n + max(int(bs.width), decDigits(u))
+}
+
+// decDigits is the number of decimal digits of u (1 for 0).
+func decDigits(u uint64) int {
+	n := 1
+	for u >= 10 {
+		u /= 10
+		n++
+	}
+	return n
 }
 
 func (m *model) encValue(c *coder, v []byte, st uint8) {
@@ -691,18 +801,20 @@ func (m *model) encValue(c *coder, v []byte, st uint8) {
 	if bsh, bb, nb := m.bases(x, a); nb > 0 {
 		best, bestU, bestCost := -1, 0, 1<<30
 		var unit [4]int8
+		var q [4]uint64
 		if sh.kind != shNone {
-			var cost [4]int
-			unit, cost = m.evalBases(x, &bsh, &bb, sh, v)
+			unit, q = m.baseUnits(x, &bsh, &bb, sh, v)
 			for b := range bsh {
-				if unit[b] < 0 {
+				u := unit[b]
+				if u < 0 {
 					continue
 				}
+				cost := costTree(x.unit[b][:], 3, uint32(u)) + costNum(&x.d[b], q[b])
 				if nb > 1 {
-					cost[b] += costTree(x.base[:], 2, uint32(b))
+					cost += costTree(x.base[:], 2, uint32(b))
 				}
-				if cost[b] < bestCost {
-					best, bestU, bestCost = b, int(unit[b]), cost[b]
+				if cost < bestCost {
+					best, bestU, bestCost = b, int(u), cost
 				}
 			}
 		}
@@ -712,7 +824,7 @@ func (m *model) encValue(c *coder, v []byte, st uint8) {
 			}
 			d := m.codeDelta(c, x, best, bsh[best], sh.v-bsh[best].v, bestU)
 			m.h = mix(m.h, 2^zigzag(d)<<8)
-			m.trainBases(x, best, &bsh, &unit, sh)
+			m.trainBases(x, best, &unit, &q)
 			m.setLast(x, v, sh)
 			return
 		}
@@ -776,12 +888,19 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte) {
 		c.num(&x.ln, uint64(pre))
 		m.codePieces(c, &m.valPieces, v[:pre], pre)
 		c.direct(b2u(upper), 1)
+		// 32 hex digits, four at a time.
 		u := v[pre:]
+		var w uint32
+		k := 0
 		for i := 0; i < 36; i++ {
 			if i == 8 || i == 13 || i == 18 || i == 23 {
 				continue
 			}
-			c.direct(hexVal(u[i]), 4)
+			w = w<<4 | hexVal(u[i])
+			if k++; k%4 == 0 {
+				c.direct(w, 16)
+				w = 0
+			}
 		}
 		return
 	}
@@ -868,14 +987,14 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 	if a != nil && c.bit(&x.pAssoc, 0) == 1 {
 		m.h = mix(m.h, 6)
 		m.tmp = append(m.tmp[:0], a.v...)
-		return m.finishValue(x, dst, m.tmp, limit)
+		return m.finishValue(x, dst, m.tmp, a.sh, limit)
 	}
 	if x.has {
 		m.pred = m.predict(m.pred[:0], x)
 		if a == nil || string(a.v) != string(m.pred) {
 			if c.bit(&x.pHit, 0) == 1 {
 				m.h = mix(m.h, 1)
-				return m.finishValue(x, dst, m.pred, limit)
+				return m.finishValue(x, dst, m.pred, parseShape(m.pred), limit)
 			}
 		}
 	}
@@ -895,11 +1014,12 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		d := m.codeDelta(c, x, b, bsh[b], 0, 0)
 		m.h = mix(m.h, 2^zigzag(d)<<8)
 		m.pred = recon(m.pred[:0], bb[b], bsh[b], bsh[b].v+d)
-		if sh := parseShape(m.pred); sh.kind != shNone {
-			unit, _ := m.evalBases(x, &bsh, &bb, sh, m.pred)
-			m.trainBases(x, b, &bsh, &unit, sh)
+		sh := parseShape(m.pred)
+		if sh.kind != shNone {
+			unit, q := m.baseUnits(x, &bsh, &bb, sh, m.pred)
+			m.trainBases(x, b, &unit, &q)
 		}
-		return m.finishValue(x, dst, m.pred, limit)
+		return m.finishValue(x, dst, m.pred, sh, limit)
 	}
 	if m.ringAlive(x) && c.bit(&x.pRing, 0) == 1 {
 		k := m.codeRingIdx(c, x, 0)
@@ -911,7 +1031,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		s := m.t.get(x.ring[k]).s
 		m.ringUse(x, k)
 		m.tmp = append(m.tmp[:0], s...)
-		return m.finishValue(x, dst, m.tmp, limit)
+		return m.finishValue(x, dst, m.tmp, parseShape(m.tmp), limit)
 	}
 	if c.bit(&x.pRef, 0) == 1 {
 		d := c.num(&m.valRef, 0)
@@ -932,7 +1052,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		m.h = mix(m.h, 4^uint64(id)<<8)
 		m.ringPush(x, id)
 		m.tmp = append(m.tmp[:0], e.s...)
-		return m.finishValue(x, dst, m.tmp, limit)
+		return m.finishValue(x, dst, m.tmp, parseShape(m.tmp), limit)
 	}
 	// literal
 	if c.bit(&x.pUUID, 0) == 1 {
@@ -950,12 +1070,19 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		if c.direct(0, 1) == 1 {
 			alpha = 'A'
 		}
+		var w uint32
+		k := 0
 		for i := range 36 {
 			if i == 8 || i == 13 || i == 18 || i == 23 {
 				dst = append(dst, '-')
 				continue
 			}
-			h := byte(c.direct(0, 4))
+			if k%4 == 0 {
+				w = c.direct(0, 16)
+			}
+			k++
+			h := byte(w >> 12)
+			w = w << 4 & 0xFFFF
 			if h < 10 {
 				dst = append(dst, '0'+h)
 			} else {
@@ -991,14 +1118,19 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 	return dst
 }
 
-// finishValue appends a value rebuilt in m.tmp and updates the context.
-func (m *model) finishValue(x *vctx, dst, v []byte, limit int) []byte {
+// finishValue appends a value rebuilt in m.tmp or m.pred, whose shape
+// is sh, and updates the context.
+func (m *model) finishValue(x *vctx, dst, v []byte, sh shape, limit int) []byte {
 	if len(v) > limit-len(dst) {
 		m.fail("value overruns the message")
 		return dst
 	}
 	dst = grow(dst, len(v), limit)
 	dst = append(dst, v...)
-	m.setLast(x, v, parseShape(v))
+	m.setLast(x, v, sh)
 	return dst
 }
+
+// assocSet is the first way of key's two-way set. Keys are odd (bit 0
+// marks "a key is set"), so the set comes from the bits above it.
+func assocSet(key uint64) uint64 { return key >> 1 % (nAssoc / 2) * 2 }
