@@ -155,4 +155,8 @@ type OriginConfig struct {
 	Node      string // for messages: origin "node"
 	Upstreams []Upstream
 	Limits    Limits
+	// StreamFlushDelay is how long the upstream may pause in the middle of a response of
+	// unknown length (chunked or close-delimited) before the origin pushes what it holds
+	// of it to the client (default DefaultStreamFlushDelay). See sendResponse.
+	StreamFlushDelay time.Duration
 }

@@ -170,6 +170,13 @@ type envConfig struct {
 	// Accept, when set, sees every stream the origin session accepts; returning false
 	// means the hook took care of it and the origin does not serve it.
 	Accept func(st *tunnel.Stream) bool
+	// Tunnel, when set, adjusts the tunnel configuration of the edge's session (origin
+	// false) and of the origin's (origin true), e.g. to give them codecs.
+	Tunnel func(origin bool, c *tunnel.Config)
+	// OriginTunnelMetrics, when set, collects the origin session's tunnel metrics.
+	OriginTunnelMetrics *tunnel.Metrics
+	// StreamFlushDelay is the origin's OriginConfig.StreamFlushDelay.
+	StreamFlushDelay time.Duration
 }
 
 // testEnv is a running edge ⇄ tunnel ⇄ origin pair on loopback.
@@ -207,18 +214,24 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 		err error
 	}
 	ch := make(chan res, 1)
+	ccfg, scfg := &tunnel.Config{Node: "edge"}, &tunnel.Config{Node: "origin"}
+	if cfg.Tunnel != nil {
+		cfg.Tunnel(false, ccfg)
+		cfg.Tunnel(true, scfg)
+	}
 	go func() {
-		ss, err := tunnel.ServerSession(ctx, sconn, &tunnel.Config{Node: "origin"}, nil)
+		ss, err := tunnel.ServerSession(ctx, sconn, scfg, cfg.OriginTunnelMetrics)
 		ch <- res{ss, err}
 	}()
-	cs, err := tunnel.ClientSession(ctx, cconn, &tunnel.Config{Node: "edge"}, nil, "p")
+	cs, err := tunnel.ClientSession(ctx, cconn, ccfg, nil, "p")
 	require.NoError(t, err)
 	r := <-ch
 	require.NoError(t, r.err)
 	e := &testEnv{t: t, cs: cs, ss: r.s, addrs: map[string]string{}, serveDone: make(chan struct{})}
 
 	// Origin serving accepted streams.
-	origin, err := NewOrigin(OriginConfig{Node: "origin-test", Upstreams: cfg.Upstreams, Limits: Limits{ExchangeTimeout: testDeadline}}, cfg.Metrics, nil)
+	origin, err := NewOrigin(OriginConfig{Node: "origin-test", Upstreams: cfg.Upstreams, Limits: Limits{ExchangeTimeout: testDeadline},
+		StreamFlushDelay: cfg.StreamFlushDelay}, cfg.Metrics, nil)
 	require.NoError(t, err)
 	e.origin = origin
 	var serving sync.WaitGroup

@@ -29,7 +29,26 @@ type Origin struct {
 	pools map[string]*upstreamPool
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
+
+	flushDelay time.Duration // cfg.StreamFlushDelay or its default
 }
+
+// DefaultStreamFlushDelay is how long the upstream may stay silent in the middle of a
+// response of unknown length (chunked or close-delimited, as Axis2, .NET and most Java
+// stacks send) before the origin pushes what it holds of it to the client.
+//
+// Holding the message lets the tunnel code it whole, which is where responses gain most,
+// but a flush makes the tunnel send the rest of the message uncoded. A SOAP stack that
+// serializes a response at once writes its chunks within a millisecond or two of each
+// other, so a pause longer than this means the upstream is streaming or slow, and the
+// client should see what is ready. The cost for such a response is at most this much more
+// latency for its first bytes.
+const DefaultStreamFlushDelay = 30 * time.Millisecond
+
+// streamMaxHoldFactor bounds, as a multiple of the flush delay, how long body bytes of a
+// response of unknown length wait for the upstream to pause: an upstream that trickles
+// without ever pausing that long is streaming too.
+const streamMaxHoldFactor = 8
 
 // NewOrigin returns an origin for the configured upstreams.
 func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) {
@@ -40,7 +59,11 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	lim := cfg.Limits.withDefaults()
-	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), pools: map[string]*upstreamPool{}, inflight: make(chan struct{}, lim.MaxConcurrentExchanges)}
+	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), pools: map[string]*upstreamPool{}, inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
+		flushDelay: cfg.StreamFlushDelay}
+	if o.flushDelay <= 0 {
+		o.flushDelay = DefaultStreamFlushDelay
+	}
 	for _, u := range cfg.Upstreams {
 		if _, dup := o.pools[u.Name]; dup {
 			return nil, fmt.Errorf("proxy: duplicate upstream %q", u.Name)
@@ -333,9 +356,19 @@ func copyBody(w io.Writer, r io.Reader) (int64, error) {
 	}
 }
 
-// sendResponse streams the upstream's response into the tunnel: a frame leaves whenever
-// the upstream has nothing more at hand, so a slow or streamed response is not held back.
-// The caller ends the message with CloseWrite once the upstream connection is released.
+// sendResponse streams the upstream's response into the tunnel. The caller ends the
+// message with CloseWrite once the upstream connection is released.
+//
+// A response of known length is never flushed: the tunnel sends full frames as they fill,
+// and a message left whole can be coded. A response of unknown length (chunked or
+// close-delimited) is held too while the upstream keeps sending, so that one produced at
+// once is coded like any other. It is flushed only when the client would otherwise wait on
+// body bytes the origin holds: when the upstream has been silent for the flush delay (a
+// timer armed around each read of the upstream while body bytes are held), or when body
+// bytes have been held for streamMaxHoldFactor times the delay and the upstream has
+// nothing more at hand (an upstream trickling without pauses). A flush makes the tunnel
+// stream the rest of the message uncoded, so from then on what the origin holds is pushed
+// whenever the upstream has nothing more at hand.
 func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response) (int64, error) {
 	head := responseHead{
 		Status:        resp.StatusCode,
@@ -353,23 +386,63 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 	bufp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bufp)
 	buf := *bufp
-	var n int64
+	var (
+		n         int64
+		fl        *idleFlusher
+		streaming bool      // flushed once: the message goes uncoded, push every lull
+		heldSince time.Time // when the oldest body bytes not pushed yet were written; zero: none
+	)
+	maxHold := streamMaxHoldFactor * o.flushDelay
+	if resp.ContentLength < 0 {
+		upConn := uc.conn
+		fl = &idleFlusher{st: st, fired: make(chan error, 1), abort: func() {
+			// The stream is gone: stop waiting on the upstream.
+			_ = upConn.SetReadDeadline(time.Unix(1, 0))
+		}}
+	}
 	for {
+		armed := false
+		if fl != nil && !heldSince.IsZero() {
+			held := time.Since(heldSince)
+			switch {
+			case uc.br.Buffered() == 0 && (streaming || held >= maxHold):
+				// The next read waits on the upstream: push what we hold first.
+				if err := st.Flush(); err != nil {
+					return n, err
+				}
+				streaming, heldSince = true, time.Time{}
+			case streaming:
+				// Only framing is buffered (a chunk's CRLF, part of a chunk-size line):
+				// the next read may still wait on the upstream.
+				fl.arm(streamingLull)
+				armed = true
+			case held < maxHold:
+				fl.arm(min(o.flushDelay, maxHold-held))
+				armed = true
+			default:
+				fl.arm(o.flushDelay)
+				armed = true
+			}
+		}
 		k, err := resp.Body.Read(buf)
+		if armed {
+			// Every return below comes after this: the timer never outlives the response,
+			// and its Flush never runs while this goroutine writes to st.
+			fired, ferr := fl.disarm()
+			if ferr != nil {
+				return n, ferr
+			}
+			if fired {
+				streaming, heldSince = true, time.Time{}
+			}
+		}
 		if k > 0 {
 			if _, werr := st.Write(buf[:k]); werr != nil {
 				return n, werr
 			}
 			n += int64(k)
-			// Push what we have when the upstream has nothing more at hand and the
-			// response is a stream of unknown length (chunked or close-delimited). A
-			// response of known length is not flushed: the tunnel sends full frames as
-			// they fill, and a message left whole can be coded (a flush makes the tunnel
-			// stream it uncoded), which is where large responses gain most.
-			if uc.br.Buffered() == 0 && resp.ContentLength < 0 {
-				if ferr := st.Flush(); ferr != nil {
-					return n, ferr
-				}
+			if fl != nil && heldSince.IsZero() {
+				heldSince = time.Now()
 			}
 		}
 		if err == io.EOF {
@@ -379,6 +452,49 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 			return n, err
 		}
 	}
+}
+
+// streamingLull is how long the origin waits, in a response it already streams uncoded,
+// before it pushes the body bytes it holds when what it has buffered from the upstream is
+// framing only (a chunk's CRLF, part of a chunk-size line): the upstream is likely silent,
+// but the read may also complete at once, and then one frame carries more.
+const streamingLull = time.Millisecond
+
+// idleFlusher flushes a stream from a timer while sendResponse waits on the upstream. It
+// is armed only just before a read of the upstream and disarmed as soon as the read
+// returns, before anything else is written to the stream, so its Flush never runs
+// concurrently with a Write of the same stream. If the Flush fails, abort unblocks the
+// read.
+type idleFlusher struct {
+	st    Stream
+	abort func()
+	t     *time.Timer
+	fired chan error // the timer's Flush result; buffered, so the timer never blocks
+}
+
+func (f *idleFlusher) arm(d time.Duration) {
+	if f.t == nil {
+		f.t = time.AfterFunc(d, f.flush)
+		return
+	}
+	f.t.Reset(d)
+}
+
+func (f *idleFlusher) flush() {
+	err := f.st.Flush()
+	if err != nil {
+		f.abort()
+	}
+	f.fired <- err
+}
+
+// disarm stops the timer armed last. If it had fired already, disarm waits for its Flush
+// to return and reports its result.
+func (f *idleFlusher) disarm() (fired bool, err error) {
+	if f.t.Stop() {
+		return false, nil
+	}
+	return true, <-f.fired
 }
 
 func equalFold(a, b string) bool {
