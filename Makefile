@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/soapgw
 
-.PHONY: build test test-short demo bench bench-smoke bench-suite fuzz lint clean
+.PHONY: build test test-short demo bench bench-smoke bench-suite bench-targets fuzz lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/soapgw
@@ -30,6 +30,13 @@ bench-smoke:
 
 bench-suite:
 	$(GO) run ./cmd/soapgw bench --out bench-results/full
+
+# The issue #4 targets: sequential Stress calls on every profile, enough calls for a p99
+# (gprs and 3g are bounded by the run timeout). ~15 min.
+bench-targets:
+	$(GO) run ./cmd/soapgw bench --profiles loopback,lan,wlan,routed-wlan,wifi-27,3g,gprs \
+	  --scenarios stress --concurrency 1 --calls 300 --run-timeout 90s \
+	  --configs direct,nginx-pair,soapgw/identity,soapgw/token,soapgw/auto --out bench-results/targets
 
 # A short fuzzing pass over every fuzz target (seed corpora run in `make test` anyway).
 fuzz:
