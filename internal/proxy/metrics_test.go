@@ -3,6 +3,7 @@ package proxy
 import (
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -44,6 +45,14 @@ func TestMetrics(t *testing.T) {
 	f := cl.readFault()
 	require.Equal(t, causeUnknownUpstream, f.cause)
 	m.retries.WithLabelValues("p").Inc() // retries have their own end-to-end test
+
+	// The origin records an exchange once its response is sent, which can be after the
+	// client has it: wait for the origin's side of both exchanges.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(m.exchanges.WithLabelValues("origin", "up", "Add", "200", "ok")) == 1 &&
+			testutil.ToFloat64(m.gatewayErrors.WithLabelValues("origin", causeUnknownUpstream)) > 0 &&
+			testutil.CollectAndCount(m.duration) == 4
+	}, 5*time.Second, 5*time.Millisecond, "origin metrics of the two exchanges")
 
 	require.Equal(t, 1.0, testutil.ToFloat64(m.clientConns))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.upstreamConns.WithLabelValues("up")))
