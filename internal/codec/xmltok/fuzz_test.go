@@ -25,6 +25,10 @@ func FuzzRoundTrip(f *testing.F) {
 	for _, m := range gen.Family("charging", 4, gen.DefaultSeed) {
 		f.Add(m.Body)
 	}
+	// Blobs: a dense value, then junk over markup, in one input.
+	blobs := blobEdgeInputs()
+	f.Add(append(append(bytes.Clone(blobs[0]), 0xFF, 0x00), blobs[13]...))
+	f.Add(blobs[10])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, o := range []Options{{}, {DictBytes: 300}} {
 			p := newPair(o)
@@ -51,6 +55,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(uint8(1), []byte{modeCoded})
 	f.Add(uint8(2), []byte{modeCoded, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
 	f.Add(uint8(0), []byte{7})
+	for _, m := range blobEdgeInputs()[:2] {
+		f.Add(uint8(0), NewEncoder(Options{DictBytes: 4096}).Encode(nil, m))
+	}
 	const max = 1 << 16
 	f.Fuzz(func(t *testing.T, warm uint8, payload []byte) {
 		o := Options{MaxMessage: max, DictBytes: 4096}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+
+	"github.com/klauspost/compress/huff0"
 )
 
 const (
@@ -84,6 +86,11 @@ type model struct {
 	lenNum                numModel
 	lastLen               int
 
+	pBlob            prob
+	blobLen, blobExt numModel
+	blobSt           [16]prob
+	huf              *huff0.Scratch
+
 	gt   []byte // last time value seen, a second delta base
 	gtSh shape
 	gtOK bool
@@ -95,6 +102,10 @@ type model struct {
 	lastRing    int
 	key         uint64 // hash of the latest non-numeric value, 0 = none
 	pred        []byte
+	msg         []byte // the message being encoded
+	vpos        int    // where in msg the value being encoded starts
+	ext         int    // bytes a blob took past its value, 0 = none
+	extSt       uint8  // the state after them
 
 	h   uint64 // running digest of every model update
 	tmp []byte
@@ -153,6 +164,7 @@ func (m *model) begin() {
 	m.sens, m.attrSens = false, false
 	m.lastRing = -1
 	m.key = 0
+	m.ext = 0
 }
 
 func (m *model) entry(id uint32) *entry {
@@ -167,17 +179,25 @@ func (m *model) entry(id uint32) *entry {
 func (m *model) encode(c *coder, msg []byte) {
 	m.begin()
 	m.codeLen(c, len(msg))
+	m.msg = msg
 	st := uint8(stText)
 	for pos := 0; pos < len(msg); {
 		if isValue(st) {
 			end := scanValue(msg, pos, st)
+			m.vpos = pos
 			m.encValue(c, msg[pos:end], st)
+			if m.ext > 0 {
+				pos, st = end+m.ext, m.extSt
+				m.ext = 0
+				continue
+			}
 			pos, st = end, afterValue(st)
 			continue
 		}
 		n, next := m.encMark(c, msg, pos, st)
 		pos, st = pos+n, next
 	}
+	m.msg = nil
 	m.h = mix(m.h, 0xE0)
 }
 
@@ -212,6 +232,10 @@ func (m *model) decode(c *coder, dst []byte, max int) ([]byte, error) {
 		if isValue(st) {
 			dst = m.decValue(c, dst, limit, st)
 			st = afterValue(st)
+			if m.ext > 0 {
+				st = m.extSt
+				m.ext = 0
+			}
 		} else {
 			dst, st = m.decMark(c, dst, limit, st)
 		}
@@ -854,7 +878,9 @@ func (m *model) encValue(c *coder, v []byte, st uint8) {
 		return
 	}
 	c.bit(&x.pRef, 0)
-	m.encLiteral(c, x, v)
+	if m.encLiteral(c, x, v, st) {
+		return
+	}
 	m.h = mix(m.h, 5^hashBytes(v))
 	m.afterLiteral(x, v, sh)
 }
@@ -881,7 +907,9 @@ func isProse(v []byte) bool {
 	return spaces*16 >= len(v)
 }
 
-func (m *model) encLiteral(c *coder, x *vctx, v []byte) {
+// encLiteral codes a value literal; it reports whether it went as a
+// blob, which has made its own model update.
+func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) bool {
 	pre, upper, uuid := isUUID(v)
 	if c.bit(&x.pUUID, b2u(uuid)) == 1 {
 		// A random uuid costs its 16 bytes, not 36 characters.
@@ -902,16 +930,30 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte) {
 				w = 0
 			}
 		}
-		return
+		return false
+	}
+	// The blob flag is coded where the decoder knows a blob can start:
+	// outside numbers, with blobMin bytes left in the message.
+	if st != stValDigits && len(m.msg)-m.vpos >= blobMin {
+		bend, bst, blob := m.blobPlan(m.vpos, m.vpos+len(v), st)
+		if c.bit(&m.pBlob, b2u(blob)) == 1 {
+			ext := bend - (m.vpos + len(v))
+			m.encBlob(c, x, v, ext, bst)
+			if ext > 0 {
+				m.ext, m.extSt = ext, bst
+			}
+			return true
+		}
 	}
 	prose := isProse(v)
 	c.bit(&x.pProse, b2u(prose))
 	c.num(&x.ln, uint64(len(v)))
 	if prose {
 		m.encProse(c, v)
-		return
+		return false
 	}
 	m.codePieces(c, &m.valPieces, v, len(v))
+	return false
 }
 
 // encProse codes a long text value as alternating words (non-digit runs,
@@ -1089,6 +1131,8 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 				dst = append(dst, alpha+h-10)
 			}
 		}
+	} else if st != stValDigits && limit-len(dst) >= blobMin && c.bit(&m.pBlob, 0) == 1 {
+		return m.decBlob(c, x, dst, limit)
 	} else {
 		prose := c.bit(&x.pProse, 0) == 1
 		n := c.num(&x.ln, 0)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Options configures an Encoder or a Decoder. Both ends of a direction
@@ -34,7 +35,7 @@ const (
 
 	modeCoded  = 0x00 // range-coded token stream follows
 	modeStored = 0x01 // the message follows verbatim
-	modeRaw    = 0x02 // uvarint n, n verbatim secret bytes, range-coded stream
+	modeRaw    = 0x02 // uvarint n, n-byte raw section (secrets, blobs), range-coded stream
 )
 
 // Encoder encodes the messages of one direction of a connection. Not
@@ -59,11 +60,12 @@ func (e *Encoder) Encode(dst, msg []byte) []byte {
 	e.raw = e.c.raw
 	e.c = coder{}
 	if n := len(e.raw); n > 0 {
-		// Secrets travel verbatim ahead of the range-coded stream.
+		// The raw section (secrets, blob chunks) goes ahead of the
+		// range-coded stream.
 		var hdr [binary.MaxVarintLen64]byte
 		h := binary.PutUvarint(hdr[:], uint64(n))
 		rc := len(out) - start - 1
-		out = append(out, make([]byte, h+n)...)
+		out = slices.Grow(out, h+n)[:len(out)+h+n]
 		copy(out[start+1+h+n:], out[start+1:start+1+rc])
 		out[start] = modeRaw
 		copy(out[start+1:], hdr[:h])
