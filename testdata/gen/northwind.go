@@ -73,8 +73,10 @@ func ordersDataSet(r *rand.Rand, rows int) []byte {
 	b.WriteString(`</xs:sequence></xs:complexType></xs:element></xs:choice></xs:complexType></xs:element></xs:schema>`)
 	b.WriteString(`<diffgr:diffgram xmlns:msdata="urn:schemas-microsoft-com:xml-msdata" xmlns:diffgr="urn:schemas-microsoft-com:xml-diffgram-v1">` +
 		`<NewDataSet xmlns="">`)
-	const dt = "2006-01-02T15:04:05+05:30"
-	date := time.Date(1996, 7, 4, 0, 0, 0, 0, time.UTC)
+	// .NET writes DataSet dates in the server's local time with its offset; this one
+	// runs in India (+05:30).
+	const dt = "2006-01-02T15:04:05-07:00"
+	date := time.Date(1996, 7, 4, 0, 0, 0, 0, time.FixedZone("IST", 5*3600+30*60))
 	for i := range rows {
 		c := pick(r, customers)
 		fmt.Fprintf(&b, `<Orders diffgr:id="Orders%d" msdata:rowOrder="%d">`, i+1, i)
