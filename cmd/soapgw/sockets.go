@@ -11,10 +11,10 @@ import (
 	"github.com/soapgw/soapgw/internal/sockopt"
 )
 
-// tunnelSockets applies the tunnel's TCP tuning (rto_min) to the sockets a gateway dials
-// and listens on, before they connect: the handshake's RTT sample already counts, and
-// accepted connections inherit the listener's setting. A kernel without the option
-// keeps its defaults; that is said once in the log, not per connection.
+// tunnelSockets applies the tunnel's TCP tuning (rto_min) to the connections a gateway
+// dials (before they connect, so the handshake's RTT sample already counts) and accepts.
+// A kernel without the option keeps its defaults; that is said once in the log, not per
+// connection.
 type tunnelSockets struct {
 	log  *slog.Logger
 	once sync.Once
@@ -40,17 +40,15 @@ func (ts *tunnelSockets) dialer(rtoMin time.Duration) func(ctx context.Context, 
 	}
 }
 
-// listen opens the origin's tunnel listener with rtoMin applied to every connection it
-// accepts. Linux copies the option from the listener, but the accepted socket's RTO
-// still follows the kernel's 200 ms until the option is set on it again (measured:
-// rto stays at 200+ ms after 40 exchanges), so Accept sets it once more.
+// listen opens the origin's tunnel listener; every connection it accepts gets rtoMin.
+// (Linux refuses the option on a listening socket, and accepted sockets do not inherit
+// it, so it is set on each accepted connection.)
 func (ts *tunnelSockets) listen(address string, rtoMin time.Duration) (net.Listener, error) {
-	report := ts.report(rtoMin)
-	lc := net.ListenConfig{Control: sockopt.RTOMinControl(rtoMin, report)}
-	ln, err := lc.Listen(context.Background(), "tcp", address)
+	ln, err := net.Listen("tcp", address)
 	if err != nil {
 		return nil, err
 	}
+	report := ts.report(rtoMin)
 	return &tunedListener{Listener: ln, tune: func(c net.Conn) {
 		if err := sockopt.SetRTOMin(c, rtoMin); err != nil {
 			report(err)

@@ -50,11 +50,13 @@ func SetRTOMin(c net.Conn, d time.Duration) error {
 	return serr
 }
 
-// RTOMinControl returns a net.Dialer / net.ListenConfig Control function that sets the
-// minimum RTO before the socket connects or listens, so that the handshake's RTT sample
-// already uses it (set afterwards, the kernel's 200 ms lingers in the RTT variance for
-// many round trips) and accepted connections inherit it. ErrUnsupported is not an error
-// here: the socket keeps the kernel default and report is called with it.
+// RTOMinControl returns a net.Dialer Control function that sets the minimum RTO before
+// the socket connects, so that the handshake's RTT sample already uses it (set
+// afterwards, the kernel's 200 ms lingers in the RTT variance for many round trips).
+// ErrUnsupported is not an error here: the socket keeps the kernel default and report is
+// called with it. It is for dialers only: Linux refuses the option on a socket that is
+// about to listen (ENOPROTOOPT), and accepted connections do not inherit it from their
+// listener, so a server sets it on each accepted connection with SetRTOMin.
 func RTOMinControl(d time.Duration, report func(error)) func(network, address string, c syscall.RawConn) error {
 	return func(_, _ string, c syscall.RawConn) error {
 		var serr error

@@ -43,28 +43,34 @@ func TestSetRTOMinRejects(t *testing.T) {
 	require.ErrorIs(t, SetRTOMin(p, 20*time.Millisecond), ErrUnsupported, "not a socket")
 }
 
-// Set before connect and listen, the option holds on the dialled and the accepted side.
+// Set by the dialer before connect, the option holds on the dialled side; the accepted
+// side needs SetRTOMin (it does not inherit the listener's, and a listening socket
+// refuses it).
 func TestRTOMinControl(t *testing.T) {
-	var reported []error
-	report := func(err error) { reported = append(reported, err) }
-	lc := net.ListenConfig{Control: RTOMinControl(20*time.Millisecond, report)}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
-	d := net.Dialer{Control: RTOMinControl(20*time.Millisecond, report)}
-	c, err := d.Dial("tcp", ln.Addr().String())
+	var reported []error
+	d := net.Dialer{Control: RTOMinControl(20*time.Millisecond, func(err error) { reported = append(reported, err) })}
+	c, err := d.DialContext(context.Background(), "tcp", ln.Addr().String())
 	require.NoError(t, err)
 	defer c.Close()
 	s, err := ln.Accept()
 	require.NoError(t, err)
 	defer s.Close()
-	if len(reported) > 0 && errors.Is(reported[0], ErrUnsupported) {
-		t.Skipf("kernel without TCP_RTO_MIN_US: %v", reported[0])
+	if _, err := RTOMin(c); errors.Is(err, ErrUnsupported) {
+		t.Skipf("kernel without TCP_RTO_MIN_US: %v", err)
 	}
 	require.Empty(t, reported)
-	for name, conn := range map[string]net.Conn{"dialled": c, "accepted": s} {
-		got, err := RTOMin(conn)
-		require.NoError(t, err)
-		require.Less(t, got, 30*time.Millisecond, name)
-	}
+	got, err := RTOMin(c)
+	require.NoError(t, err)
+	require.Less(t, got, 30*time.Millisecond, "dialled")
+
+	got, err = RTOMin(s)
+	require.NoError(t, err)
+	require.Equal(t, MaxRTOMin, got, "accepted: the kernel default until set")
+	require.NoError(t, SetRTOMin(s, 20*time.Millisecond))
+	got, err = RTOMin(s)
+	require.NoError(t, err)
+	require.Less(t, got, 30*time.Millisecond, "accepted, after SetRTOMin")
 }
