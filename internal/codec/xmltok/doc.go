@@ -197,44 +197,45 @@
 // Mean per message, one Encoder/Decoder pair per family and direction,
 // messages in wire order from gen.Family(name, 2000, gen.DefaultSeed)
 // (northwind: 20), sizes over a cold pass (learning included), speeds in
-// steady state on one core of a shared 2-core machine (noisy):
+// steady state on one core of the 2-core development machine, nothing else
+// running (2026-11-22, -benchtime 1000x):
 //
 //	go test -run '^$' -bench 'BenchmarkXMLTok|BenchmarkZstdStream' ./internal/codec/xmltok/
 //
 //	family / direction          %raw    B/msg  enc MB/s  dec MB/s   zstd-stream %raw
-//	stress request               0.44%      2.9       449       611    4.36%
-//	stress response              0.49%      2.3       670       800    3.97%
+//	stress request               0.44%      2.9       494       590    4.36%
+//	stress response              0.49%      2.3       649       793    3.97%
 //	stress (both)                0.46%      2.6                        4.20%
-//	deploy request               1.71%     11.2       380       593    3.69%
-//	deploy response              0.71%      2.1       894      1065    4.11%
+//	deploy request               1.71%     11.2       360       628    3.69%
+//	deploy response              0.71%      2.1       841      1216    4.11%
 //	deploy (both)                1.40%      6.6                        3.82%
-//	weather-simple request       0.54%      2.4       636       839    3.17%
-//	weather-simple response      0.42%      2.7       503       663    2.33%
+//	weather-simple request       0.54%      2.4       691       843    3.17%
+//	weather-simple response      0.42%      2.7       483       683    2.33%
 //	weather-simple (both)        0.47%      2.5                        2.67%
-//	weather-detailed request     0.54%      2.4       639       775    3.12%
-//	weather-detailed response    4.07%     81.1        48        68    8.56%
+//	weather-detailed request     0.54%      2.4       559       900    3.12%
+//	weather-detailed response    4.07%     81.1        58        63    8.56%
 //	weather-detailed (both)      3.43%     41.8                        7.57%
-//	fixml request                1.78%     52.8       134       168    5.62%
-//	fixml response               0.45%      2.2       750      1121    2.94%
+//	fixml request                1.78%     52.8       143       176    5.62%
+//	fixml response               0.45%      2.2       829      1030    2.94%
 //	fixml (both)                 1.59%     27.5                        5.24%
-//	northwind request            3.17%      9.1       881      1182    9.96%
-//	northwind response           1.05%   2886.0       107       167    4.53%
+//	northwind request            3.17%      9.1       801      1075    9.96%
+//	northwind response           1.05%   2886.0       123       150    4.53%
 //	northwind (both)             1.05%   1447.5                        4.53%
-//	charging request             1.17%      6.1       256       424    3.88%
-//	charging response            0.76%      4.2       420       708    3.40%
+//	charging request             1.17%      6.1       128       253    3.88%
+//	charging response            0.76%      4.2       486       744    3.40%
 //	charging (both)              0.96%      5.1                        3.63%
-//	wsa request                  3.41%     21.1       219       333    9.40%
-//	wsa response                 3.58%     23.3       257       334    9.57%
+//	wsa request                  3.41%     21.1       254       335    9.40%
+//	wsa response                 3.58%     23.3       236       325    9.57%
 //	wsa (both)                   3.50%     22.2                        9.49%
 //
 //	go test -run '^$' -bench BenchmarkXMLTokBlob -benchtime 1000x ./internal/codec/xmltok/
 //
-//	base64 payload (blob)       73.95%   5976.0       290       530
-//	random binary (blob)        97.46%   5948.0       500      2500
+//	base64 payload (blob)       73.95%   5976.0       431       665
+//	random binary (blob)        97.46%   5948.0       847      3520
 //
 // zstd-stream is klauspost/compress zstd at SpeedBestCompression with a
 // 4 MiB window, one frame per direction flushed after each message.
-// Speeds are the best of three runs of -benchtime 1000x. For northwind
+// Speeds are from one run of -benchtime 1000x. For northwind
 // responses the cold first DataSet, which teaches the model, lifts the
 // 10-message mean well above the steady-state cost.
 // The blob sets are 200 messages, each a SOAP envelope around 0 to 12
