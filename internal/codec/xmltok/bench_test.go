@@ -33,71 +33,72 @@ func benchSets() (names []string, sets [][][]byte) {
 func BenchmarkXMLTok(b *testing.B) {
 	names, sets := benchSets()
 	for i, msgs := range sets {
-		var raw int
-		for _, m := range msgs {
-			raw += len(m)
-		}
-		// One cold pass gives the size figures (learning included, as on
-		// a fresh connection) and the payloads for the decode benchmark.
-		enc, dec := NewEncoder(Options{}), NewDecoder(Options{})
-		var coded int
-		payloads := make([][]byte, len(msgs))
-		for j, m := range msgs {
-			payloads[j] = enc.Encode(nil, m)
-			coded += len(payloads[j])
-			if out, err := dec.Decode(nil, payloads[j]); err != nil || !bytes.Equal(out, m) {
-				b.Fatalf("%s message %d does not round-trip: %v", names[i], j, err)
-			}
-		}
-		report := func(b *testing.B) {
-			b.ReportMetric(float64(coded)/float64(len(msgs)), "B/msg")
-			b.ReportMetric(100*float64(coded)/float64(raw), "%raw")
-		}
-		b.Run(names[i]+"/encode", func(b *testing.B) {
-			enc := NewEncoder(Options{})
-			var buf []byte
-			for _, m := range msgs { // warm-up: the connection has seen the family
-				buf = enc.Encode(buf[:0], m)
-			}
-			b.SetBytes(int64(raw / len(msgs)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for n := 0; n < b.N; n++ {
-				buf = enc.Encode(buf[:0], msgs[n%len(msgs)])
-			}
-			report(b)
-		})
-		b.Run(names[i]+"/decode", func(b *testing.B) {
-			// A decoder must see payloads in the order they were made, so
-			// one encoder makes a warm-up pass and then b.N more payloads,
-			// concatenated in one buffer; only decoding them is timed.
-			enc, dec := NewEncoder(Options{}), NewDecoder(Options{})
-			var out, all []byte
-			for _, m := range msgs {
-				p := enc.Encode(nil, m)
-				if out, _ = dec.Decode(out[:0], p); !bytes.Equal(out, m) {
-					b.Fatal("warm-up does not round-trip")
-				}
-			}
-			ends := make([]int, b.N)
-			for n := range b.N {
-				all = enc.Encode(all, msgs[n%len(msgs)])
-				ends[n] = len(all)
-			}
-			b.SetBytes(int64(raw / len(msgs)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := 0
-			for n := range b.N {
-				var err error
-				if out, err = dec.Decode(out[:0], all[start:ends[n]]); err != nil {
-					b.Fatal(err)
-				}
-				start = ends[n]
-			}
-			report(b)
-		})
+		benchMessages(b, names[i], msgs)
 	}
+}
+
+// benchMessages runs one direction's messages, cycling, through one pair:
+// a cold pass gives the size figures, then encode and decode are timed
+// in steady state.
+func benchMessages(b *testing.B, name string, msgs [][]byte) {
+	var raw int
+	for _, m := range msgs {
+		raw += len(m)
+	}
+	enc, dec := NewEncoder(Options{}), NewDecoder(Options{})
+	var coded int
+	for j, m := range msgs {
+		p := enc.Encode(nil, m)
+		coded += len(p)
+		if out, err := dec.Decode(nil, p); err != nil || !bytes.Equal(out, m) {
+			b.Fatalf("%s message %d does not round-trip: %v", name, j, err)
+		}
+	}
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(coded)/float64(len(msgs)), "B/msg")
+		b.ReportMetric(100*float64(coded)/float64(raw), "%raw")
+	}
+	b.Run(name+"/encode", func(b *testing.B) {
+		enc := NewEncoder(Options{})
+		var buf []byte
+		for _, m := range msgs {
+			buf = enc.Encode(buf[:0], m)
+		}
+		b.SetBytes(int64(raw / len(msgs)))
+		b.ReportAllocs()
+		b.ResetTimer()
+		for n := 0; n < b.N; n++ {
+			buf = enc.Encode(buf[:0], msgs[n%len(msgs)])
+		}
+		report(b)
+	})
+	b.Run(name+"/decode", func(b *testing.B) {
+		enc, dec := NewEncoder(Options{}), NewDecoder(Options{})
+		var out, all []byte
+		for _, m := range msgs {
+			p := enc.Encode(nil, m)
+			if out, _ = dec.Decode(out[:0], p); !bytes.Equal(out, m) {
+				b.Fatal("warm-up does not round-trip")
+			}
+		}
+		ends := make([]int, b.N)
+		for n := range b.N {
+			all = enc.Encode(all, msgs[n%len(msgs)])
+			ends[n] = len(all)
+		}
+		b.SetBytes(int64(raw / len(msgs)))
+		b.ReportAllocs()
+		b.ResetTimer()
+		start := 0
+		for n := range b.N {
+			var err error
+			if out, err = dec.Decode(out[:0], all[start:ends[n]]); err != nil {
+				b.Fatal(err)
+			}
+			start = ends[n]
+		}
+		report(b)
+	})
 }
 
 // BenchmarkZstdStream is the baseline: klauspost zstd at its best level
