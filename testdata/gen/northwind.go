@@ -50,18 +50,78 @@ const dotnetHead = `<?xml version="1.0" encoding="utf-8"?>` +
 
 const dotnetTail = `</soap:Body></soap:Envelope>`
 
+// northwind serves the same Orders table call after call, as the
+// paper's service did: each response is its first 300-830 rows (the
+// paper's "varying number of records"). Between calls the table lives a
+// little, as a production table does: a pending order ships, a freight
+// charge is corrected.
 func northwind(n int, r *rand.Rand) []Message {
+	orders := newOrdersTable(r, 830)
 	return pairs(n, func(int) (Message, Message) {
+		orders.evolve(r)
 		rows := 300 + r.IntN(531) // 300..830
 		req := dotnetHead + `<getorders xmlns="http://tempuri.org/" />` + dotnetTail
 		return Message{Name: "getorders", Body: []byte(req)},
-			Message{Name: "getordersResponse", Body: ordersDataSet(r, rows)}
+			Message{Name: "getordersResponse", Body: ordersDataSet(orders.rows[:rows])}
 	})
 }
 
-func ordersDataSet(r *rand.Rand, rows int) []byte {
+// order is one row of the Orders table.
+type order struct {
+	id, employee, shipVia int
+	cust                  *customer
+	ordered, required     time.Time
+	shipped               time.Time // zero: not shipped yet
+	freightCents          int
+}
+
+type ordersTable struct{ rows []order }
+
+// newOrdersTable draws the table once: order ids from 10248, one to two
+// days between orders, the most recent 20 mostly not shipped yet.
+// .NET writes DataSet dates in the server's local time with its offset;
+// this server runs in India (+05:30).
+func newOrdersTable(r *rand.Rand, n int) *ordersTable {
+	t := &ordersTable{rows: make([]order, n)}
+	date := time.Date(1996, 7, 4, 0, 0, 0, 0, time.FixedZone("IST", 5*3600+30*60))
+	for i := range t.rows {
+		o := &t.rows[i]
+		o.id = 10248 + i
+		o.cust = &customers[r.IntN(len(customers))]
+		o.employee = 1 + r.IntN(9)
+		o.ordered = date
+		o.required = date.AddDate(0, 0, pick(r, []int{14, 28, 28, 28, 42}))
+		if i < n-20 || r.IntN(3) == 0 {
+			o.shipped = date.AddDate(0, 0, 1+r.IntN(36))
+		}
+		o.shipVia = 1 + r.IntN(3)
+		o.freightCents = 100*r.IntN(r.IntN(1000)+1) + r.IntN(100)
+		date = date.AddDate(0, 0, r.IntN(2)+r.IntN(2))
+	}
+	return t
+}
+
+// evolve applies what happens to the table between two calls: half the
+// time a pending order ships, a quarter of the time a freight charge is
+// corrected.
+func (t *ordersTable) evolve(r *rand.Rand) {
+	if r.IntN(2) == 0 {
+		for i := range t.rows {
+			if o := &t.rows[i]; o.shipped.IsZero() {
+				o.shipped = o.ordered.AddDate(0, 0, 1+r.IntN(36))
+				break
+			}
+		}
+	}
+	if r.IntN(4) == 0 {
+		o := &t.rows[r.IntN(len(t.rows))]
+		o.freightCents = max(0, o.freightCents+r.IntN(2001)-1000)
+	}
+}
+
+func ordersDataSet(rows []order) []byte {
 	var b strings.Builder
-	b.Grow(rows * 560)
+	b.Grow(len(rows) * 560)
 	b.WriteString(dotnetHead)
 	b.WriteString(`<getordersResponse xmlns="http://tempuri.org/"><getordersResult>`)
 	b.WriteString(`<xs:schema id="NewDataSet" xmlns="" xmlns:xs="http://www.w3.org/2001/XMLSchema" xmlns:msdata="urn:schemas-microsoft-com:xml-msdata">` +
@@ -73,25 +133,21 @@ func ordersDataSet(r *rand.Rand, rows int) []byte {
 	b.WriteString(`</xs:sequence></xs:complexType></xs:element></xs:choice></xs:complexType></xs:element></xs:schema>`)
 	b.WriteString(`<diffgr:diffgram xmlns:msdata="urn:schemas-microsoft-com:xml-msdata" xmlns:diffgr="urn:schemas-microsoft-com:xml-diffgram-v1">` +
 		`<NewDataSet xmlns="">`)
-	// .NET writes DataSet dates in the server's local time with its offset; this one
-	// runs in India (+05:30).
 	const dt = "2006-01-02T15:04:05-07:00"
-	date := time.Date(1996, 7, 4, 0, 0, 0, 0, time.FixedZone("IST", 5*3600+30*60))
-	for i := range rows {
-		c := pick(r, customers)
+	for i, o := range rows {
+		c := o.cust
 		fmt.Fprintf(&b, `<Orders diffgr:id="Orders%d" msdata:rowOrder="%d">`, i+1, i)
-		fmt.Fprintf(&b, "<OrderID>%d</OrderID><CustomerID>%s</CustomerID><EmployeeID>%d</EmployeeID>", 10248+i, c.id, 1+r.IntN(9))
-		fmt.Fprintf(&b, "<OrderDate>%s</OrderDate><RequiredDate>%s</RequiredDate>", date.Format(dt), date.AddDate(0, 0, pick(r, []int{14, 28, 28, 28, 42})).Format(dt))
-		if i < rows-20 || r.IntN(3) == 0 { // the most recent orders may not have shipped yet
-			fmt.Fprintf(&b, "<ShippedDate>%s</ShippedDate>", date.AddDate(0, 0, 1+r.IntN(36)).Format(dt))
+		fmt.Fprintf(&b, "<OrderID>%d</OrderID><CustomerID>%s</CustomerID><EmployeeID>%d</EmployeeID>", o.id, c.id, o.employee)
+		fmt.Fprintf(&b, "<OrderDate>%s</OrderDate><RequiredDate>%s</RequiredDate>", o.ordered.Format(dt), o.required.Format(dt))
+		if !o.shipped.IsZero() {
+			fmt.Fprintf(&b, "<ShippedDate>%s</ShippedDate>", o.shipped.Format(dt))
 		}
-		fmt.Fprintf(&b, "<ShipVia>%d</ShipVia><Freight>%d.%02d00</Freight>", 1+r.IntN(3), r.IntN(r.IntN(1000)+1), r.IntN(100))
+		fmt.Fprintf(&b, "<ShipVia>%d</ShipVia><Freight>%d.%02d00</Freight>", o.shipVia, o.freightCents/100, o.freightCents%100)
 		fmt.Fprintf(&b, "<ShipName>%s</ShipName><ShipAddress>%s</ShipAddress><ShipCity>%s</ShipCity>", esc(c.name), esc(c.addr), esc(c.city))
 		if c.region != "" {
 			fmt.Fprintf(&b, "<ShipRegion>%s</ShipRegion>", esc(c.region))
 		}
 		fmt.Fprintf(&b, "<ShipPostalCode>%s</ShipPostalCode><ShipCountry>%s</ShipCountry></Orders>", c.postal, c.country)
-		date = date.AddDate(0, 0, r.IntN(2)+r.IntN(2))
 	}
 	b.WriteString(`</NewDataSet></diffgr:diffgram></getordersResult></getordersResponse>`)
 	b.WriteString(dotnetTail)
