@@ -32,6 +32,7 @@ type vctx struct {
 	assoc []assocEnt // nAssoc entries once used
 
 	pHit, pAssoc, pNum, pRing, pSame, pRef, pProse, pUUID prob
+	pMatch                                                [3]hprob // the match model's prediction is right (history.confidence)
 	base                                                  [4]prob
 	unit                                                  [4][8]prob // per delta base
 	idx                                                   [ringN]prob
@@ -107,6 +108,9 @@ type model struct {
 	ext         int    // bytes a blob took past its value, 0 = none
 	extSt       uint8  // the state after them
 
+	hist     history // earlier messages' tokens, for the match model
+	noRecord bool    // the value being coded went as prose or a blob
+
 	h   uint64 // running digest of every model update
 	tmp []byte
 	err error // first decoding error
@@ -118,6 +122,7 @@ func newModel(o Options) *model {
 	}
 	m := &model{}
 	m.t.init(o.DictBytes)
+	m.hist.init(o.DictBytes)
 	m.h = 0x736f617067770001 ^ uint64(o.DictBytes)
 	return m
 }
@@ -150,6 +155,8 @@ func (m *model) digest() uint64 {
 	h := mix(m.h, uint64(m.t.next))
 	h = mix(h, uint64(m.t.head))
 	h = mix(h, uint64(m.t.size))
+	h = mix(h, m.hist.n^m.hist.pos<<32)
+	h = mix(h, m.hist.ptr^uint64(b2u(m.hist.ok))<<63)
 	return mix(h, uint64(m.lastLen))
 }
 
@@ -304,7 +311,7 @@ func (m *model) useMark(id uint32, k int) {
 	m.h = mix(m.h, uint64(id))
 }
 
-func (m *model) encMark(c *coder, b []byte, pos int, st uint8) (int, uint8) {
+func (m *model) encMarkModel(c *coder, b []byte, pos int, st uint8) (int, uint8) {
 	p := m.entry(m.prev)
 	mp := m.mprobs(m.prev)
 	rest := b[pos:]
@@ -361,7 +368,7 @@ func (m *model) newMark(tok []byte, st, next uint8) {
 	m.prev2, m.prev = m.prev, 0
 }
 
-func (m *model) decMark(c *coder, dst []byte, limit int, st uint8) ([]byte, uint8) {
+func (m *model) decMarkModel(c *coder, dst []byte, limit int, st uint8) ([]byte, uint8) {
 	p := m.entry(m.prev)
 	mp := m.mprobs(m.prev)
 	for k := range nSucc {
@@ -791,7 +798,7 @@ func decDigits(u uint64) int {
 	return n
 }
 
-func (m *model) encValue(c *coder, v []byte, st uint8) {
+func (m *model) encValueModel(c *coder, v []byte, st uint8) {
 	if m.isSecret(st) {
 		// Never indexed: the length goes as direct bits, which leave no
 		// trace in any model, the bytes verbatim in the raw section, and
@@ -937,6 +944,7 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) bool {
 	if st != stValDigits && len(m.msg)-m.vpos >= blobMin {
 		bend, bst, blob := m.blobPlan(m.vpos, m.vpos+len(v), st)
 		if c.bit(&m.pBlob, b2u(blob)) == 1 {
+			m.noRecord = true
 			ext := bend - (m.vpos + len(v))
 			m.encBlob(c, x, v, ext, bst)
 			if ext > 0 {
@@ -950,6 +958,7 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) bool {
 	c.num(&x.ln, uint64(len(v)))
 	if prose {
 		m.encProse(c, v)
+		m.noRecord = true // after the words and numbers, which record themselves
 		return false
 	}
 	m.codePieces(c, &m.valPieces, v, len(v))
@@ -1008,7 +1017,7 @@ func (m *model) decProse(c *coder, dst []byte, n, limit int) []byte {
 	return dst
 }
 
-func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
+func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte {
 	if m.isSecret(st) {
 		n := c.numDirect(0)
 		if n > uint64(limit-len(dst)) {
@@ -1132,6 +1141,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 			}
 		}
 	} else if st != stValDigits && limit-len(dst) >= blobMin && c.bit(&m.pBlob, 0) == 1 {
+		m.noRecord = true
 		return m.decBlob(c, x, dst, limit)
 	} else {
 		prose := c.bit(&x.pProse, 0) == 1
@@ -1147,6 +1157,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 			}
 			dst = grow(dst, int(n), limit)
 			dst = m.decProse(c, dst, int(n), start+int(n))
+			m.noRecord = true // after the words and numbers, which record themselves
 		} else {
 			dst = m.decPieces(c, &m.valPieces, dst, int(n), limit)
 		}

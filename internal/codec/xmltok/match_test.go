@@ -1,0 +1,82 @@
+package xmltok
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/stretchr/testify/require"
+)
+
+// northwindResponses returns DataSet responses of the Northwind family:
+// the first rows of one slowly changing Orders table.
+func northwindResponses(t *testing.T, n int) [][]byte {
+	t.Helper()
+	rs := byDir(gen.Family("northwind", 2*n, gen.DefaultSeed))[gen.Response]
+	require.Len(t, rs, n)
+	return rs
+}
+
+// TestMatchRepeatedDataSet: once a DataSet has been sent, sending it
+// again costs a few bytes, one changed cell a few more, and a longer or
+// shorter cut of the same table little more than its new rows.
+func TestMatchRepeatedDataSet(t *testing.T) {
+	rs := northwindResponses(t, 3)
+	p := newPair(Options{})
+	first := p.roundTrip(t, rs[0])
+	again := p.roundTrip(t, rs[0])
+	t.Logf("first %d bytes of %d, again %d", first, len(rs[0]), again)
+	require.Less(t, again, 16, "an identical DataSet")
+
+	changed := bytes.Replace(bytes.Clone(rs[0]), []byte("<ShipVia>1</ShipVia>"), []byte("<ShipVia>9</ShipVia>"), 1)
+	require.NotEqual(t, changed, rs[0])
+	one := p.roundTrip(t, changed)
+	require.Less(t, one, 32, "a DataSet with one changed cell")
+
+	// The next responses of the family are other cuts of the table, a
+	// pending order shipped or a freight corrected in between.
+	for _, r := range rs[1:] {
+		n := p.roundTrip(t, r)
+		t.Logf("next cut: %d bytes of %d (%.3f%%)", n, len(r), 100*float64(n)/float64(len(r)))
+		require.Less(t, n, 100, "another cut of a table already sent")
+	}
+}
+
+// TestMatchHistoryBounded: with a dictionary budget far below one
+// DataSet, the history rings wrap inside every message; messages still
+// round-trip, the ends stay in step, and memory stays within the budget.
+func TestMatchHistoryBounded(t *testing.T) {
+	rs := northwindResponses(t, 2)
+	o := Options{DictBytes: 16 << 10}
+	p := newPair(o)
+	for range 2 {
+		for _, r := range rs {
+			p.roundTrip(t, r)
+		}
+	}
+	for _, h := range []*history{&p.enc.m.hist, &p.dec.m.hist} {
+		require.Equal(t, 1024, h.recCap)
+		require.LessOrEqual(t, len(h.recs), h.recCap)
+		require.LessOrEqual(t, cap(h.arena), h.arenaCap)
+		require.Greater(t, h.n, uint64(4*h.recCap))
+	}
+}
+
+// TestMatchResyncAfterInsert: a row inserted in the middle of a repeated
+// DataSet costs about what the row itself costs, not the rest of the
+// table: the pointer finds its way back on the next row's values.
+func TestMatchResyncAfterInsert(t *testing.T) {
+	rs := northwindResponses(t, 1)
+	d := rs[0]
+	i := bytes.Index(d, []byte(`<Orders diffgr:id="Orders100"`))
+	j := bytes.Index(d, []byte(`<Orders diffgr:id="Orders101"`))
+	require.True(t, i > 0 && j > i)
+	row := bytes.ReplaceAll(bytes.Clone(d[i:j]), []byte("Orders100"), []byte("Orders100b"))
+	inserted := append(append(append([]byte{}, d[:j]...), row...), d[j:]...)
+
+	p := newPair(Options{})
+	p.roundTrip(t, d)
+	n := p.roundTrip(t, inserted)
+	t.Logf("inserted row of %d bytes: payload %d bytes", len(row), n)
+	require.Less(t, n, 80)
+}
