@@ -103,7 +103,9 @@ type CodecConfig struct {
 	ZstdDictionary string `yaml:"zstd_dictionary"`
 	// TokenDictionary is the token codec's dictionary budget per tunnel
 	// connection and direction; the receiving side adopts the sender's.
-	// 4KiB to 64MiB. Default: 1MiB.
+	// The match history (earlier messages' tokens) takes up to twice as
+	// much again, grown only as traffic needs it. 4KiB to 64MiB.
+	// Default: 1MiB.
 	TokenDictionary ByteSize `yaml:"token_dictionary"`
 	// AutoMinSize: under "auto", messages (envelope head and body) smaller
 	// than this travel uncoded. Default: 0 (code everything: with state
