@@ -327,18 +327,13 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		x := m.vctx()
 		pm, pr := m.hist.confidence(x)
 		if c.bitH(pm, pr, 0) == 1 {
-			if len(pred) > limit-len(dst) {
-				m.fail("value overruns the message")
-				return dst
-			}
 			m.h = mix(m.h, 7)
 			start := len(dst)
-			dst = grow(dst, len(pred), limit)
-			dst = append(dst, pred...)
-			v := dst[start:]
-			m.setLast(x, v, parseShape(v))
+			if dst = m.finishValue(x, dst, pred, parseShape(pred), limit); m.err != nil {
+				return dst
+			}
 			m.hist.valueHit()
-			m.recordValue(ctx, v)
+			m.recordValue(ctx, dst[start:])
 			return dst
 		}
 		m.hist.valueMiss()
