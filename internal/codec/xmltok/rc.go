@@ -222,7 +222,7 @@ func (c *coder) byte1(p *[256]prob, v byte) byte {
 // Small alphabets (day offsets, row counters, employee ids) approach
 // their entropy; wide random numbers cost about their width. The length
 // tree takes six decisions whatever the length, where a unary length
-// took n+1: random prices and ids of 10 to 20 bits code, cost and train
+// took n+1: random prices and ids of 10 to 20 bits code and cost
 // in half the steps.
 type numModel struct {
 	ln  [64]prob
@@ -293,66 +293,6 @@ func costTree(p []prob, n int, v uint32) int {
 		node = node<<1 | b
 	}
 	return c
-}
-
-// costNum estimates what num would spend on v, without coding it.
-func costNum(m *numModel, v uint64) int {
-	n := bits.Len64(v)
-	c := costTree(m.ln[:], 6, uint32(min(n, 63)))
-	if n >= 63 {
-		c += 16
-	}
-	if n == 0 {
-		return c
-	}
-	rem := n - 1
-	t := min(rem, numTop)
-	tp := &m.top[min(n, len(m.top)-1)]
-	node := uint32(1)
-	for i := range t {
-		b := uint32(v>>uint(rem-1-i)) & 1
-		c += costBit(tp[node], b)
-		node = node<<1 | b
-	}
-	return c + 16*(rem-t)
-}
-
-// trainBit, trainTree and trainNum update a model as if the symbol had
-// been coded, without coding it: both ends teach the delta models of
-// bases they did not use, so the encoder's cost-based choice of base
-// compares models that have seen the same history.
-func trainBit(p *prob, b uint32) {
-	pv := uint32(int32(*p) + probHalf)
-	if b == 0 {
-		*p += prob((probOne - pv) >> moveBits)
-	} else {
-		*p -= prob(pv >> moveBits)
-	}
-}
-
-func trainTree(p []prob, n int, v uint32) {
-	node := uint32(1)
-	for i := n - 1; i >= 0; i-- {
-		b := v >> uint(i) & 1
-		trainBit(&p[node], b)
-		node = node<<1 | b
-	}
-}
-
-func trainNum(m *numModel, v uint64) {
-	n := bits.Len64(v)
-	trainTree(m.ln[:], 6, uint32(min(n, 63)))
-	if n == 0 {
-		return
-	}
-	rem := n - 1
-	tp := &m.top[min(n, len(m.top)-1)]
-	node := uint32(1)
-	for i := range min(rem, numTop) {
-		b := uint32(v>>uint(rem-1-i)) & 1
-		trainBit(&tp[node], b)
-		node = node<<1 | b
-	}
 }
 
 // numDirect is num without a model, for lengths of secrets.
