@@ -302,7 +302,7 @@ func (m *model) encValue(c *coder, v []byte, st uint8) {
 		pm, pr := m.hist.confidence(x)
 		if c.bitH(pm, pr, b2u(string(pred) == string(v))) == 1 {
 			m.h = mix(m.h, 7)
-			m.setLast(x, v, parseShape(v))
+			m.setLast(x, v, shapeOf(x, v))
 			m.hist.valueHit()
 			m.recordValue(ctx, v)
 			return
@@ -329,7 +329,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		if c.bitH(pm, pr, 0) == 1 {
 			m.h = mix(m.h, 7)
 			start := len(dst)
-			if dst = m.finishValue(x, dst, pred, parseShape(pred), limit); m.err != nil {
+			if dst = m.finishValue(x, dst, pred, shapeOf(x, pred), limit); m.err != nil {
 				return dst
 			}
 			m.hist.valueHit()

@@ -297,7 +297,9 @@ func (m *model) useMark(id uint32, k int) {
 	if k < 0 {
 		k = nSucc - 1
 	}
-	copy(p.succ[1:k+1], p.succ[:k])
+	for ; k > 0; k-- { // not copy: a call for at most 12 bytes
+		p.succ[k] = p.succ[k-1]
+	}
 	p.succ[0] = id
 	e := m.entry(id)
 	switch e.sens {
@@ -513,12 +515,56 @@ func (m *model) vctx() *vctx {
 	return x
 }
 
-// predict appends the predicted value of x.
-func (m *model) predict(dst []byte, x *vctx) []byte {
+// predict returns the predicted value of x: its last value, or that
+// plus the last step, rebuilt in m.pred. The result may alias x.last:
+// read it, never append to it.
+func (m *model) predict(x *vctx) []byte {
 	if x.delta != 0 && x.sh.kind != shNone {
-		return recon(dst, x.last, x.sh, x.sh.v+x.delta)
+		m.pred = recon(m.pred[:0], x.last, x.sh, x.sh.v+x.delta)
+		return m.pred
 	}
-	return append(dst, x.last...)
+	return x.last
+}
+
+// predIsAssoc reports whether x predicts the associated value a; the
+// hit decision is then not coded, since the association has just been
+// coded as wrong. Numbers are compared before any formatting: a
+// prediction whose number differs from a's counts as different, which
+// in a layout that does not parse back to its own number merely codes a
+// decision that could have been skipped. Both ends decide alike.
+func (m *model) predIsAssoc(x *vctx, a *assocEnt) bool {
+	if a == nil {
+		return false
+	}
+	if x.delta == 0 {
+		return string(a.v) == string(x.last)
+	}
+	if a.sh.kind != x.sh.kind || a.sh.v != x.sh.v+x.delta {
+		return false
+	}
+	return string(a.v) == string(m.predict(x))
+}
+
+// predicts reports whether x predicts v (of shape sh), formatting the
+// prediction only when its number is v's: a miss costs no rebuild.
+func (m *model) predicts(x *vctx, v []byte, sh shape) bool {
+	if x.delta == 0 {
+		return string(v) == string(x.last)
+	}
+	if sh.kind != x.sh.kind || sh.v != x.sh.v+x.delta {
+		return false
+	}
+	return string(v) == string(m.predict(x))
+}
+
+// shapeOf is parseShape(v), taken from x when v is x's last value
+// (setLast keeps x.sh = parseShape(x.last)): repeated values skip the
+// parse.
+func shapeOf(x *vctx, v []byte) shape {
+	if x.has && string(v) == string(x.last) {
+		return x.sh
+	}
+	return parseShape(v)
 }
 
 func (m *model) ringAlive(x *vctx) bool {
@@ -531,6 +577,7 @@ func (m *model) ringAlive(x *vctx) bool {
 }
 
 // setLast makes v the last value of x and updates the step prediction.
+// sh must be parseShape(v): shapeOf relies on it.
 func (m *model) setLast(x *vctx, v []byte, sh shape) {
 	if x.has && sh.kind != shNone && sh.kind == x.sh.kind {
 		x.delta = sh.v - x.sh.v
@@ -798,7 +845,7 @@ func (m *model) encValueModel(c *coder, v []byte, st uint8) {
 		return
 	}
 	x := m.vctx()
-	sh := parseShape(v)
+	sh := shapeOf(x, v)
 	// The associated value goes first: where a key determines the value
 	// it is right almost always, where it does not its miss costs little.
 	a := m.assocFor(x)
@@ -809,14 +856,11 @@ func (m *model) encValueModel(c *coder, v []byte, st uint8) {
 			return
 		}
 	}
-	if x.has {
-		m.pred = m.predict(m.pred[:0], x)
-		if a == nil || string(a.v) != string(m.pred) {
-			if c.bit(&x.pHit, b2u(string(m.pred) == string(v))) == 1 {
-				m.h = mix(m.h, 1)
-				m.setLast(x, v, sh)
-				return
-			}
+	if x.has && !m.predIsAssoc(x, a) {
+		if c.bit(&x.pHit, b2u(m.predicts(x, v, sh))) == 1 {
+			m.h = mix(m.h, 1)
+			m.setLast(x, v, sh)
+			return
 		}
 	}
 	if bsh, bb, nb := m.bases(x, a); nb > 0 {
@@ -1033,14 +1077,13 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 		m.tmp = append(m.tmp[:0], a.v...)
 		return m.finishValue(x, dst, m.tmp, a.sh, limit)
 	}
-	if x.has {
-		m.pred = m.predict(m.pred[:0], x)
-		if a == nil || string(a.v) != string(m.pred) {
-			if c.bit(&x.pHit, 0) == 1 {
-				m.h = mix(m.h, 1)
-				return m.finishValue(x, dst, m.pred, parseShape(m.pred), limit)
-			}
+	if x.has && !m.predIsAssoc(x, a) && c.bit(&x.pHit, 0) == 1 {
+		m.h = mix(m.h, 1)
+		pred, sh := m.predict(x), x.sh
+		if x.delta != 0 {
+			sh = parseShape(pred)
 		}
+		return m.finishValue(x, dst, pred, sh, limit)
 	}
 	if bsh, bb, nb := m.bases(x, a); nb > 0 && c.bit(&x.pNum, 0) == 1 {
 		b := 0
