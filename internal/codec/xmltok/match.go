@@ -173,10 +173,7 @@ func (m *model) recordValue(ctx uint32, v []byte) {
 		h.add(histRec{ctx: ctx, n: ^uint32(0)})
 		return
 	}
-	if h.head == nil {
-		h.head = make([]uint32, 1<<matchHashBits)
-	}
-	slot := uint32((hashBytes(v)^uint64(ctx)*0x9E3779B97F4A7C15)>>(64-matchHashBits)) & (1<<matchHashBits - 1)
+	slot := h.slot(ctx, v)
 	if !h.ok {
 		if at := h.head[slot]; at != 0 {
 			// head holds the low 32 bits of the record index after the
@@ -197,6 +194,27 @@ func (m *model) recordValue(ctx uint32, v []byte) {
 		// predict yet.
 		h.ok = false
 	}
+}
+
+// recordHit appends value v of context ctx that the history predicted:
+// the new record names the bytes of the record that predicted it, r,
+// instead of copying them, so a repeated DataSet streams through the
+// arena once, not once per repetition. The bytes stay valid as long as
+// r's did (value checks how far back they are), and the new record
+// is evicted from the ring long before its offset, 32 bits, could wrap.
+func (m *model) recordHit(ctx uint32, v []byte, r histRec) {
+	h := &m.hist
+	slot := h.slot(ctx, v)
+	h.add(histRec{ctx: ctx, off: r.off, n: r.n})
+	h.head[slot] = uint32(h.n) + 1
+}
+
+// slot is the resynchronisation table slot of value v in context ctx.
+func (h *history) slot(ctx uint32, v []byte) uint32 {
+	if h.head == nil {
+		h.head = make([]uint32, 1<<matchHashBits)
+	}
+	return uint32((hashBytes(v)^uint64(ctx)*0x9E3779B97F4A7C15)>>(64-matchHashBits)) & (1<<matchHashBits - 1)
 }
 
 // succIndex is where id is among the successors of the current token,
@@ -231,21 +249,21 @@ func (m *model) matchMark(st uint8) (uint32, *entry) {
 }
 
 // matchValue returns the value the history predicts in context ctx, if
-// any.
-func (m *model) matchValue(ctx uint32) []byte {
+// any, and its record.
+func (m *model) matchValue(ctx uint32) ([]byte, histRec) {
 	r := m.hist.next()
 	if r == nil {
-		return nil
+		return nil, histRec{}
 	}
 	if r.id != 0 || r.ctx != ctx || r.n > maxMatchVal {
 		m.hist.ok = false
-		return nil
+		return nil, histRec{}
 	}
 	v := m.hist.value(r)
 	if v == nil {
 		m.hist.ok = false
 	}
-	return v
+	return v, *r
 }
 
 func (m *model) encMark(c *coder, b []byte, pos int, st uint8) (int, uint8) {
@@ -294,7 +312,7 @@ func (m *model) encValue(c *coder, v []byte, st uint8) {
 		return
 	}
 	ctx := ctxKey32(m.prev2, m.prev)
-	if pred := m.matchValue(ctx); pred != nil {
+	if pred, r := m.matchValue(ctx); pred != nil {
 		// Whether a field repeats is a property of the field (a DataSet
 		// cell does, a price does not): the decision is modelled per
 		// value context.
@@ -304,7 +322,7 @@ func (m *model) encValue(c *coder, v []byte, st uint8) {
 			m.h = mix(m.h, 7)
 			m.setLast(x, v, shapeOf(x, v))
 			m.hist.valueHit()
-			m.recordValue(ctx, v)
+			m.recordHit(ctx, v, r)
 			return
 		}
 		m.hist.valueMiss()
@@ -323,7 +341,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 		return m.decValueModel(c, dst, limit, st)
 	}
 	ctx := ctxKey32(m.prev2, m.prev)
-	if pred := m.matchValue(ctx); pred != nil {
+	if pred, r := m.matchValue(ctx); pred != nil {
 		x := m.vctx()
 		pm, pr := m.hist.confidence(x)
 		if c.bitH(pm, pr, 0) == 1 {
@@ -333,7 +351,7 @@ func (m *model) decValue(c *coder, dst []byte, limit int, st uint8) []byte {
 				return dst
 			}
 			m.hist.valueHit()
-			m.recordValue(ctx, dst[start:])
+			m.recordHit(ctx, dst[start:], r)
 			return dst
 		}
 		m.hist.valueMiss()
