@@ -92,6 +92,8 @@ type tunnelCodec struct {
 
 func (t *tunnelCodec) ID() uint8 { return uint8(t.c.ID()) }
 
+func (t *tunnelCodec) Format() uint32 { return t.c.Format() }
+
 func (t *tunnelCodec) NewEncoder() (tunnel.MessageEncoder, error) { return t.c.NewEncoder() }
 
 func (t *tunnelCodec) NewDecoder(maxMessage int) (tunnel.MessageDecoder, error) {

@@ -38,6 +38,9 @@ type gzipCodec struct{ level int }
 func (c *gzipCodec) ID() ID       { return Gzip }
 func (c *gzipCodec) Name() string { return Gzip.String() }
 
+// Format is 1: RFC 1952, whatever the level.
+func (c *gzipCodec) Format() uint32 { return 1 }
+
 func (c *gzipCodec) NewEncoder() (Encoder, error) {
 	e := &gzipEncoder{}
 	w, err := gzip.NewWriterLevel(&e.out, c.level)

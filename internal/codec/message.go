@@ -62,6 +62,10 @@ type Decoder interface {
 type Codec interface {
 	ID() ID
 	Name() string
+	// Format identifies the wire format and whatever both ends must share to use it (a
+	// zstd dictionary, the token codec's model): gateways use a codec together only if
+	// they announce the same Format in the tunnel handshake.
+	Format() uint32
 	NewEncoder() (Encoder, error)
 	NewDecoder(limits Limits) (Decoder, error)
 }
@@ -107,6 +111,7 @@ type identityCodec struct{}
 
 func (identityCodec) ID() ID                       { return Identity }
 func (identityCodec) Name() string                 { return Identity.String() }
+func (identityCodec) Format() uint32               { return 1 }
 func (identityCodec) NewEncoder() (Encoder, error) { return identityEncoder{}, nil }
 func (identityCodec) NewDecoder(l Limits) (Decoder, error) {
 	return identityDecoder{max: l.max()}, nil

@@ -45,6 +45,13 @@ func kindBits(kind byte) byte {
 	return 0
 }
 
+// TokenFormat is the version of the token codec's wire format: the head model's and
+// xmltok's coding, their static tables and every modelling decision both ends must make
+// alike. Any change to them must change it (TestTokenFormatPinned fails until it does),
+// so that gateways of different releases fall back to another codec instead of sending
+// each other payloads that fail their checksums.
+const TokenFormat = 2
+
 // DefaultTokenDict is the token dictionary budget per connection direction.
 const DefaultTokenDict = 1 << 20
 
@@ -80,8 +87,9 @@ func NewToken(opts ...TokenOption) (Codec, error) {
 
 type tokenCodec struct{ dict int }
 
-func (c *tokenCodec) ID() ID       { return Token }
-func (c *tokenCodec) Name() string { return Token.String() }
+func (c *tokenCodec) ID() ID         { return Token }
+func (c *tokenCodec) Name() string   { return Token.String() }
+func (c *tokenCodec) Format() uint32 { return TokenFormat }
 
 func (c *tokenCodec) NewEncoder() (Encoder, error) {
 	return &TokenEncoder{heads: newHeadModel(), body: xmltok.NewEncoder(xmltok.Options{DictBytes: c.dict}), dict: c.dict}, nil

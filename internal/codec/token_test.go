@@ -1,7 +1,9 @@
 package codec
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"testing"
@@ -202,4 +204,54 @@ func TestTokenHeadLearnedFromUncodedHead(t *testing.T) {
 		require.NotZero(t, p[0]&tokenHead, "message %d: the head is coded against the first", i)
 		require.Less(t, len(p), 24, "message %d: only the id, the call number and the body's tokens travel", i)
 	}
+}
+
+// TestTokenFormatPinned fails when the token codec's output changes: a change to the head
+// model, xmltok, their static tables or any modelling decision. Gateways of two releases
+// announce TokenFormat in their handshake and use token together only if it is equal, so
+// a format change must come with a new TokenFormat. When this fails on purpose, bump
+// TokenFormat and set tokenFormatDigest to the digest the failure prints.
+func TestTokenFormatPinned(t *testing.T) {
+	const (
+		pinnedFormat      = 2
+		tokenFormatDigest = "e929a0f845d8a8f1c1c894bfcc753a4b"
+	)
+	c, err := NewToken()
+	require.NoError(t, err)
+	h := sha256.New()
+	for _, fam := range gen.Families {
+		reqs, resps := tunnelMessages(fam, 40)
+		for _, msgs := range [][][]byte{reqs, resps} {
+			e, err := c.NewEncoder()
+			require.NoError(t, err)
+			for _, m := range msgs {
+				p, err := e.Encode(nil, m)
+				require.NoError(t, err)
+				h.Write(binary.AppendUvarint(nil, uint64(len(p))))
+				h.Write(p)
+			}
+		}
+	}
+	got := hex.EncodeToString(h.Sum(nil))[:32]
+	if got != tokenFormatDigest || TokenFormat != pinnedFormat {
+		t.Fatalf("the token codec's wire format changed (digest %s, pinned %s; TokenFormat %d, pinned %d): "+
+			"bump TokenFormat and pin the new digest and format here", got, tokenFormatDigest, TokenFormat, pinnedFormat)
+	}
+}
+
+// A zstd dictionary is part of the zstd formats: gateways with different dictionaries
+// (or one without) do not use zstd together.
+func TestZstdFormatNamesTheDictionary(t *testing.T) {
+	plain, err := NewZstd()
+	require.NoError(t, err)
+	a, err := NewZstd(ZstdDictionary([]byte("<soap:Envelope>one</soap:Envelope>")))
+	require.NoError(t, err)
+	b, err := NewZstdStream(ZstdDictionary([]byte("<soap:Envelope>two</soap:Envelope>")))
+	require.NoError(t, err)
+	a2, err := NewZstdStream(ZstdDictionary([]byte("<soap:Envelope>one</soap:Envelope>")))
+	require.NoError(t, err)
+	require.Equal(t, uint32(1), plain.Format())
+	require.NotEqual(t, plain.Format(), a.Format())
+	require.NotEqual(t, a.Format(), b.Format())
+	require.Equal(t, a.Format(), a2.Format())
 }

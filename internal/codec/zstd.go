@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"github.com/klauspost/compress/zstd"
@@ -122,6 +123,16 @@ func zstdErr(err error) error {
 // ---- zstd: one frame per message ----
 
 // NewZstd returns the zstd codec: every message is one self-contained zstd frame.
+// format is 1 without a dictionary, else a CRC-32C of the dictionary: both sides must
+// hold the same one (frames name a zstd-format dictionary by its id, and raw content is
+// always id 0, so two different raw dictionaries would otherwise decode to garbage).
+func (c *zstdConfig) format() uint32 {
+	if len(c.dict) == 0 {
+		return 1
+	}
+	return crc32.Checksum(c.dict, crc32.MakeTable(crc32.Castagnoli)) | 2
+}
+
 func NewZstd(opts ...ZstdOption) (Codec, error) {
 	c, err := newZstdConfig(opts)
 	if err != nil {
@@ -132,8 +143,9 @@ func NewZstd(opts ...ZstdOption) (Codec, error) {
 
 type zstdCodec struct{ c *zstdConfig }
 
-func (z *zstdCodec) ID() ID       { return Zstd }
-func (z *zstdCodec) Name() string { return Zstd.String() }
+func (z *zstdCodec) ID() ID         { return Zstd }
+func (z *zstdCodec) Name() string   { return Zstd.String() }
+func (z *zstdCodec) Format() uint32 { return z.c.format() }
 
 func (z *zstdCodec) NewEncoder() (Encoder, error) {
 	e, err := zstd.NewWriter(nil, z.c.encoderOptions()...)
@@ -218,8 +230,9 @@ func NewZstdStream(opts ...ZstdOption) (Codec, error) {
 
 type zstdStreamCodec struct{ c *zstdConfig }
 
-func (z *zstdStreamCodec) ID() ID       { return ZstdStream }
-func (z *zstdStreamCodec) Name() string { return ZstdStream.String() }
+func (z *zstdStreamCodec) ID() ID         { return ZstdStream }
+func (z *zstdStreamCodec) Name() string   { return ZstdStream.String() }
+func (z *zstdStreamCodec) Format() uint32 { return z.c.format() }
 
 func (z *zstdStreamCodec) NewEncoder() (Encoder, error) {
 	s := &zstdStreamEncoder{}

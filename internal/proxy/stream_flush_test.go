@@ -33,6 +33,7 @@ type copyCodec struct{}
 const copyCodecID uint8 = 9
 
 func (copyCodec) ID() uint8                                     { return copyCodecID }
+func (copyCodec) Format() uint32                                { return 1 }
 func (copyCodec) NewEncoder() (tunnel.MessageEncoder, error)    { return copyCoder{}, nil }
 func (copyCodec) NewDecoder(int) (tunnel.MessageDecoder, error) { return copyCoder{}, nil }
 

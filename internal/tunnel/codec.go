@@ -3,6 +3,7 @@ package tunnel
 import (
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,10 @@ import (
 // identity is built in).
 type MessageCodec interface {
 	ID() uint8
+	// Format names the codec's wire format and any data both ends must share (a zstd
+	// dictionary, a model version). Both sides announce it in HELLO; the codec is used
+	// only if the formats are equal.
+	Format() uint32
 	NewEncoder() (MessageEncoder, error)
 	// NewDecoder returns a decoder that refuses to produce more than maxMessage bytes.
 	NewDecoder(maxMessage int) (MessageDecoder, error)
@@ -676,5 +681,16 @@ func (st *Stream) deliverCoded(msg []byte, credit int64, codec uint8) {
 	signal(st.rsig)
 	if finished {
 		st.finish()
+	}
+}
+
+// logFormatMismatch warns about the codecs both gateways have in different wire formats.
+// The session works, with a codec both agree on, but not with the one the operator chose:
+// typically gateways of two releases during an upgrade, or different zstd dictionaries.
+func logFormatMismatch(log *slog.Logger, s *Session, peer string) {
+	for _, id := range s.FormatMismatches() {
+		log.Warn("codec not used on this tunnel connection: the peer speaks another wire format of it (another soapgw release, or another zstd dictionary)",
+			"codec", s.cfg.codecName(id), "format", s.codecs[id].Format(), "peer_format", s.peer.FormatOf(id),
+			"peer", peer, "peer_node", s.peer.Node)
 	}
 }

@@ -656,3 +656,42 @@ func TestPrefer(t *testing.T) {
 	require.Equal(t, uint8(0), Prefer(10, 3).Choose([]byte("short"), peer))
 	require.Equal(t, uint8(3), Prefer(5, 3).Choose([]byte("short"), peer))
 }
+
+// deltaV2 is deltaCodec announcing another wire format, as a newer release would.
+type deltaV2 struct{ deltaCodec }
+
+func (deltaV2) Format() uint32 { return 2 }
+
+// Two gateways with the same codec id in different wire formats do not use it: each
+// falls back to the next codec both speak alike (here reverse), and says which codec it
+// dropped. Messages arrive intact and no resync or NACK happens.
+func TestCodecFormatMismatchFallsBack(t *testing.T) {
+	testConnTypes(t, func(t *testing.T, pair connPair) {
+		prefer := Prefer(0, deltaID, reverseID)
+		ccfg, scfg := codecConfig("edge", 64<<10), codecConfig("origin", 64<<10)
+		ccfg.Encoding, scfg.Encoding = prefer, prefer
+		scfg.Codecs = []MessageCodec{deltaV2{}, reverseCodec{}}
+		cm, sm := NewMetrics(nil), NewMetrics(nil)
+		c, s := sessionPairMetrics(t, pair, ccfg, scfg, cm, sm)
+		echoServer(t, s)
+		require.Equal(t, []uint8{deltaID}, c.FormatMismatches())
+		require.Equal(t, []uint8{deltaID}, s.FormatMismatches())
+		require.False(t, c.PeerSupports(deltaID))
+		require.True(t, c.PeerSupports(reverseID))
+		for i := range 20 {
+			msg := testMsg(500+i, i)
+			got, codec, err := exchangeCoded(context.Background(), c, msg)
+			require.NoError(t, err)
+			require.True(t, bytes.Equal(append([]byte("re:"), msg...), got), "message %d", i)
+			require.Equal(t, reverseID, codec, "message %d: response codec", i)
+		}
+		require.Equal(t, float64(20), messages(cm, "test", "sent", "reverse"))
+		require.Zero(t, messages(cm, "test", "sent", "delta"))
+		require.Zero(t, resyncs(cm, "test")+resyncs(sm, "edge"))
+
+		// Matching formats keep the codec.
+		c2, _ := sessionPair(t, pair, codecConfig("edge", 1024), codecConfig("origin", 1024))
+		require.Empty(t, c2.FormatMismatches())
+		require.True(t, c2.PeerSupports(deltaID))
+	})
+}

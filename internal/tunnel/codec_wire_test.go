@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 func codedHello() frame.Hello {
 	h := rawHello()
 	h.Codecs = frame.CodecIDs{0, deltaID}
+	h.Formats = map[string]uint32{strconv.Itoa(int(deltaID)): deltaCodec{}.Format()}
 	h.MaxCoded = 1 << 20
 	return h
 }

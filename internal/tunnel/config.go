@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/soapgw/soapgw/internal/tunnel/frame"
@@ -144,8 +145,13 @@ func (c *Config) Validate() error {
 func (c *Config) hello() frame.Hello {
 	codecs := []uint8{0}
 	var maxCoded uint32
+	var formats map[string]uint32
 	for _, mc := range c.Codecs {
 		codecs = append(codecs, mc.ID())
+		if formats == nil {
+			formats = map[string]uint32{}
+		}
+		formats[strconv.Itoa(int(mc.ID()))] = mc.Format()
 	}
 	if len(c.Codecs) > 0 {
 		maxCoded = uint32(c.MaxCodedMessage)
@@ -158,5 +164,6 @@ func (c *Config) hello() frame.Hello {
 		Window:     c.StreamWindow,
 		MaxStreams: c.MaxStreams,
 		MaxCoded:   maxCoded,
+		Formats:    formats,
 	}
 }

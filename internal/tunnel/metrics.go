@@ -217,15 +217,20 @@ func (m *Metrics) session(peer string, cfg *Config) *sessionMetrics {
 	sm.codecSent[0], sm.codecRecv[0] = counters("sent", "identity"), counters("received", "identity")
 	for _, mc := range cfg.Codecs {
 		id := mc.ID()
-		name := fmt.Sprintf("codec-%d", id)
-		if cfg.CodecName != nil {
-			if n := cfg.CodecName(id); n != "" {
-				name = n
-			}
-		}
+		name := cfg.codecName(id)
 		sm.codecSent[id], sm.codecRecv[id] = counters("sent", name), counters("received", name)
 	}
 	return sm
+}
+
+// codecName is the name of codec id in metrics and logs.
+func (c *Config) codecName(id uint8) string {
+	if c.CodecName != nil {
+		if n := c.CodecName(id); n != "" {
+			return n
+		}
+	}
+	return fmt.Sprintf("codec-%d", id)
 }
 
 func (sm *sessionMetrics) countFrame(c *[numFrameSlots]prometheus.Counter, b []byte) {

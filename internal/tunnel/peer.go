@@ -265,6 +265,7 @@ func (p *Peer) maintain(slot int) {
 		} else {
 			p.log.Debug("tunnel connected", "slot", slot, "peer_node", s.Peer().Node)
 		}
+		logFormatMismatch(p.log, s, p.cfg.Name)
 		p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
 		select {
 		case <-s.Done():

@@ -98,6 +98,7 @@ func (srv *Server) serveConn(conn net.Conn) {
 	}
 	log := srv.log.With("remote", conn.RemoteAddr().String(), "peer_node", s.Peer().Node)
 	log.Info("tunnel connection accepted")
+	logFormatMismatch(log, s, "")
 	defer func() {
 		srv.mu.Lock()
 		delete(srv.sessions, s)

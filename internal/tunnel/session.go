@@ -44,10 +44,11 @@ type Session struct {
 	lingering  int // streams whose exchange is over, kept until their coded message is acknowledged
 
 	// Codecs (codec.go). Fixed after the handshake:
-	codecs        [frame.MaxCodecID + 1]MessageCodec // local codecs by id
-	peerCodec     [frame.MaxCodecID + 1]bool         // ids the peer decodes
-	peerDecodesFn func(uint8) bool
-	codedLimit    int // largest message coded whole: min(MaxCodedMessage, peer's max_coded); 0: none
+	codecs         [frame.MaxCodecID + 1]MessageCodec // local codecs by id
+	peerCodec      [frame.MaxCodecID + 1]bool         // ids the peer decodes, in our format
+	formatMismatch []uint8                            // ids both have, in different formats
+	peerDecodesFn  func(uint8) bool
+	codedLimit     int // largest message coded whole: min(MaxCodedMessage, peer's max_coded); 0: none
 	// Guarded by mu:
 	sendEpoch     uint64
 	retained      int          // CodecRetention bytes reserved by queued and unacknowledged coded messages
@@ -233,10 +234,17 @@ func (s *Session) initCodecs() {
 		s.codecs[mc.ID()] = mc
 	}
 	for _, id := range s.peer.Codecs {
-		if id != 0 && id <= frame.MaxCodecID {
-			s.peerCodec[id] = true
-			shared = shared || s.codecs[id] != nil
+		if id == 0 || id > frame.MaxCodecID {
+			continue
 		}
+		if mc := s.codecs[id]; mc != nil && mc.Format() != s.peer.FormatOf(id) {
+			// Same codec, different wire format (another release, another zstd
+			// dictionary): the peer could not decode what we send, nor we what it sends.
+			s.formatMismatch = append(s.formatMismatch, id)
+			continue
+		}
+		s.peerCodec[id] = true
+		shared = shared || s.codecs[id] != nil
 	}
 	if shared {
 		s.codedLimit = min(s.cfg.MaxCodedMessage, int(s.peer.MaxCoded))
@@ -251,15 +259,12 @@ func (s *Session) initCodecs() {
 // Peer returns the peer's HELLO.
 func (s *Session) Peer() frame.Hello { return s.peer }
 
-// PeerSupports reports whether the peer announced it can decode codec id.
-func (s *Session) PeerSupports(id uint8) bool {
-	for _, c := range s.peer.Codecs {
-		if c == id {
-			return true
-		}
-	}
-	return false
-}
+// FormatMismatches lists the codecs both sides have but in different wire formats, which
+// this session does not use.
+func (s *Session) FormatMismatches() []uint8 { return s.formatMismatch }
+
+// PeerSupports reports whether the peer decodes codec id in this side's format.
+func (s *Session) PeerSupports(id uint8) bool { return s.peerDecodes(id) }
 
 // Context is cancelled when the session closes; context.Cause gives the reason.
 func (s *Session) Context() context.Context { return s.ctx }

@@ -27,6 +27,7 @@ var errToyTooLarge = errors.New("toy codec: message too large")
 type deltaCodec struct{}
 
 func (deltaCodec) ID() uint8                                  { return deltaID }
+func (deltaCodec) Format() uint32                             { return 1 }
 func (deltaCodec) NewEncoder() (MessageEncoder, error)        { return &deltaEncoder{}, nil }
 func (deltaCodec) NewDecoder(max int) (MessageDecoder, error) { return &deltaDecoder{max: max}, nil }
 
@@ -91,6 +92,7 @@ func (d *deltaDecoder) Decode(dst, p []byte) ([]byte, error) {
 type reverseCodec struct{}
 
 func (reverseCodec) ID() uint8                                  { return reverseID }
+func (reverseCodec) Format() uint32                             { return 1 }
 func (reverseCodec) NewEncoder() (MessageEncoder, error)        { return reverseCoder{}, nil }
 func (reverseCodec) NewDecoder(max int) (MessageDecoder, error) { return reverseCoder{max}, nil }
 
@@ -114,6 +116,7 @@ func (c reverseCoder) Decode(dst, p []byte) ([]byte, error) {
 type copyCodec struct{}
 
 func (copyCodec) ID() uint8                                  { return copyID }
+func (copyCodec) Format() uint32                             { return 1 }
 func (copyCodec) NewEncoder() (MessageEncoder, error)        { return copyCoder{}, nil }
 func (copyCodec) NewDecoder(max int) (MessageDecoder, error) { return copyCoder{max}, nil }
 
@@ -148,7 +151,8 @@ type faultCodec struct {
 	newDecs  atomic.Int64 // decoders made: one per receive epoch that saw a message
 }
 
-func (c *faultCodec) ID() uint8 { return deltaID }
+func (c *faultCodec) ID() uint8      { return deltaID }
+func (c *faultCodec) Format() uint32 { return 1 }
 
 func (c *faultCodec) NewEncoder() (MessageEncoder, error) {
 	return &faultEncoder{c: c, inner: &deltaEncoder{}}, nil

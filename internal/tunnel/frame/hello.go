@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -41,7 +42,16 @@ type Hello struct {
 	// MaxCoded is the largest message the sender accepts coded (decoded size); a peer codes
 	// only messages of at most min(its own limit, this). 0: send nothing coded.
 	MaxCoded uint32 `json:"max_coded"`
+	// Formats holds, by codec id in decimal, the wire format of each codec the sender
+	// lists: a codec is used only when both sides announce the same format (a missing
+	// entry is format 0). Gateways of different releases, or with different zstd
+	// dictionaries, then fall back to a codec they agree on instead of exchanging
+	// payloads the other cannot decode.
+	Formats map[string]uint32 `json:"formats,omitempty"`
 }
+
+// FormatOf returns the format h announces for codec id (0 if none).
+func (h Hello) FormatOf(id uint8) uint32 { return h.Formats[strconv.Itoa(int(id))] }
 
 // MaxCodedLimit bounds HELLO's max_coded.
 const MaxCodedLimit = 1 << 30
@@ -81,6 +91,14 @@ func ParseHello(b []byte) (Hello, error) {
 	}
 	if h.MaxStreams == 0 {
 		return h, fmt.Errorf("%w: hello max_streams 0", ErrBadPayload)
+	}
+	if len(h.Formats) > MaxCodecID {
+		return h, fmt.Errorf("%w: hello lists %d codec formats", ErrBadPayload, len(h.Formats))
+	}
+	for k := range h.Formats {
+		if id, err := strconv.Atoi(k); err != nil || id < 1 || id > MaxCodecID || strconv.Itoa(id) != k {
+			return h, fmt.Errorf("%w: hello format key %q is not a codec id", ErrBadPayload, k)
+		}
 	}
 	return h, nil
 }

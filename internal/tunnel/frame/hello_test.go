@@ -37,6 +37,8 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Proto: 3, Node: "origin-7", Codecs: []uint8{0, 1, 2, 255}, MaxFrame: 1024, Window: 1024, MaxStreams: 1},
 		{Proto: 3, Node: "", Codecs: nil, MaxFrame: frame.MaxPayload, Window: 1 << 30, MaxStreams: 1<<32 - 1, MaxCoded: frame.MaxCodedLimit},
 		{Proto: 1, Node: `quo"te\ <&> ünï`, Codecs: []uint8{}, MaxFrame: 4096, Window: 1 << 20, MaxStreams: 64, MaxCoded: 1},
+		{Proto: 3, Node: "e", Codecs: []uint8{0, 2, 4}, MaxFrame: 4096, Window: 4096, MaxStreams: 1, MaxCoded: 1,
+			Formats: map[string]uint32{"2": 1, "4": 1<<32 - 1}},
 	}
 	for _, want := range tests {
 		b := frame.AppendHello(nil, want)
@@ -224,4 +226,36 @@ func TestHelloReencodeStaysWithinMaxHello(t *testing.T) {
 
 	_, err = frame.ParseHello([]byte(prefix + "\xff\xfe" + `"}`))
 	require.NoError(t, err, "JSON escapes of invalid UTF-8 decode to U+FFFD, which is valid")
+}
+
+func TestParseHelloFormats(t *testing.T) {
+	for _, tt := range []struct {
+		formats string
+		ok      bool
+	}{
+		{`{}`, true},
+		{`{"1":1,"4":7,"127":4294967295}`, true},
+		{`null`, true},
+		{`{"0":1}`, false},
+		{`{"128":1}`, false},
+		{`{"04":1}`, false},
+		{`{"+4":1}`, false},
+		{`{"zstd":1}`, false},
+		{`{"4":-1}`, false},
+		{`{"4":4294967296}`, false},
+		{`[1,2]`, false},
+	} {
+		doc := strings.Replace(specJSON, `"max_coded":1048576`, `"max_coded":1048576,"formats":`+tt.formats, 1)
+		h, err := frame.ParseHello([]byte(doc))
+		if !tt.ok {
+			require.ErrorIs(t, err, frame.ErrBadPayload, tt.formats)
+			continue
+		}
+		require.NoError(t, err, tt.formats)
+		if tt.formats == `{"1":1,"4":7,"127":4294967295}` {
+			require.Equal(t, uint32(7), h.FormatOf(4))
+			require.Equal(t, uint32(1<<32-1), h.FormatOf(127))
+			require.Zero(t, h.FormatOf(2), "an unlisted codec is format 0")
+		}
+	}
 }
