@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/soapgw
 
-.PHONY: build test test-short demo bench bench-smoke bench-suite bench-targets fuzz lint clean
+.PHONY: build test test-short demo bench bench-smoke bench-suite bench-targets pgo fuzz lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/soapgw
@@ -40,6 +40,21 @@ bench-targets:
 	$(GO) run ./cmd/soapgw bench --profiles loopback,lan,wlan,routed-wlan,wifi-27,3g,gprs \
 	  --scenarios stress --concurrency 1 --calls 300 --run-timeout 90s \
 	  --configs direct,nginx-pair,soapgw/identity,soapgw/token,soapgw/auto --out bench-results/targets
+
+# Profile-guided optimisation. cmd/soapgw/default.pgo is a CPU profile of the gateway's
+# hot paths (the token codec's models, the tunnel, the HTTP relay), merged from their
+# benchmarks; `go build ./cmd/soapgw` compiles with it (inlining the range coder's steps,
+# for one). Regenerate it after large changes there. Benchmarks compile the way the binary
+# does with: go test -pgo=$(CURDIR)/cmd/soapgw/default.pgo ...
+PGO_PKGS := ./internal/codec/xmltok ./internal/tunnel ./internal/httpwire ./internal/proxy
+pgo:
+	@rm -rf .pgo && mkdir -p .pgo
+	@for pkg in $(PGO_PKGS); do \
+	  n=$$(echo $${pkg#./} | tr / _); \
+	  $(GO) test -pgo=off -run '^$$' -bench . -benchtime 300ms -cpuprofile .pgo/$$n.pprof -o .pgo/$$n.test $$pkg >/dev/null || exit 1; \
+	done
+	$(GO) tool pprof -proto .pgo/*.pprof > cmd/soapgw/default.pgo
+	@rm -rf .pgo
 
 # A short fuzzing pass over every fuzz target (seed corpora run in `make test` anyway).
 fuzz:
