@@ -226,63 +226,60 @@
 // messages in wire order from gen.Family(name, 2000, gen.DefaultSeed)
 // (northwind: 20), sizes over a cold pass (learning included), speeds in
 // steady state on one core of the 2-core development VM (2026-11-22),
-// the best of three runs of -benchtime 20000x: the VM's speed varied by
-// up to 2x between runs that day.
+// compiled as the soapgw binary is (with cmd/soapgw/default.pgo), the
+// best of three runs of -benchtime 10000x and, for the slowest five
+// directions, five more of 3000x: the VM's speed varied by up to 2x
+// between runs that day. Without the profile, number-heavy directions
+// run up to 30% slower (fixml requests 131 / 189 MB/s in the same runs).
 //
-//	go test -run '^$' -bench 'BenchmarkXMLTok|BenchmarkZstdStream' -benchtime 20000x ./internal/codec/xmltok/
+//	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench 'BenchmarkXMLTok|BenchmarkZstdStream' -benchtime 10000x ./internal/codec/xmltok/
 //
 //	family / direction          %raw    B/msg  enc MB/s  dec MB/s   zstd-stream %raw
-//	stress request              0.44%      2.9       441       477    4.36%
-//	stress response             0.49%      2.3       376       524    3.97%
+//	stress request              0.44%      2.9       540       374    4.36%
+//	stress response             0.49%      2.3       721       561    3.97%
 //	stress (both)               0.46%      2.6                        4.20%
-//	deploy request              1.63%     10.7       259       383    3.69%
-//	deploy response             0.71%      2.1       565       485    4.11%
+//	deploy request              1.63%     10.7       315       405    3.69%
+//	deploy response             0.71%      2.1       449       396    4.11%
 //	deploy (both)               1.34%      6.4                        3.82%
-//	weather-simple request      0.54%      2.4       442       366    3.17%
-//	weather-simple response     0.41%      2.6       352       449    2.33%
-//	weather-simple (both)       0.47%      2.5                        2.67%
-//	weather-detailed request    0.54%      2.4       478       498    3.12%
-//	weather-detailed response   4.13%     82.3        42        60    8.56%
-//	weather-detailed (both)     3.48%     42.4                        7.57%
-//	fixml request               1.74%     51.6       119       129    5.62%
-//	fixml response              0.45%      2.2       497       476    2.94%
-//	fixml (both)                1.56%     26.9                        5.24%
-//	northwind request           3.10%      8.9       442       492    9.96%
-//	northwind response          0.22%    739.8       259       302    0.71%
-//	northwind (both)            0.22%    374.3                        0.72%
-//	charging request            0.99%      5.1       166       330    3.88%
-//	charging response           0.70%      3.8       245       387    3.40%
-//	charging (both)             0.84%      4.5                        3.63%
-//	wsa request                 3.43%     21.2       344       375    9.40%
-//	wsa response                3.56%     23.2       315       524    9.57%
+//	weather-simple request      0.54%      2.4       476       535    3.17%
+//	weather-simple response     0.41%      2.6       524       591    2.33%
+//	weather-simple (both)       0.46%      2.5                        2.67%
+//	weather-detailed request    0.54%      2.4       507       480    3.12%
+//	weather-detailed response   4.09%     81.4        60        82    8.56%
+//	weather-detailed (both)     3.44%     41.9                        7.57%
+//	fixml request               1.76%     52.2       182       267    5.62%
+//	fixml response              0.45%      2.2       833       644    2.94%
+//	fixml (both)                1.57%     27.2                        5.24%
+//	northwind request           3.10%      8.9       488       361    9.96%
+//	northwind response          0.22%    759.6       310       320    0.71%
+//	northwind (both)            0.22%    384.2                        0.72%
+//	charging request            1.00%      5.2       369       448    3.88%
+//	charging response           0.70%      3.8       330       353    3.40%
+//	charging (both)             0.85%      4.5                        3.63%
+//	wsa request                 3.44%     21.2       373       370    9.40%
+//	wsa response                3.56%     23.2       529       556    9.57%
 //	wsa (both)                  3.50%     22.2                        9.49%
 //
-//	go test -run '^$' -bench BenchmarkXMLTokBlob -benchtime 1000x ./internal/codec/xmltok/
+//	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkXMLTokBlob -benchtime 10000x ./internal/codec/xmltok/
 //
-//	base64 payload (blob)       73.95%   5976.0       405       658
-//	random binary (blob)        97.46%   5948.0       885      3849
+//	base64 payload (blob)       73.95%  5976.0       315       628
+//	random binary (blob)        97.46%  5949.0       782      2974
 //
 // zstd-stream is klauspost/compress zstd at SpeedBestCompression with a
 // 4 MiB window, one frame per direction flushed after each message.
 // Northwind responses are cuts of one slowly changing Orders table (see
 // testdata/gen): the cold first DataSet, about 6 KB, is most of the
-// 10-message mean; the next ones cost 8 to 12 bytes (match model). The
-// match model costs other families 0 to 1.5% in size and, on small
-// messages, some speed: its history rings stream through up to two
-// DictBytes of memory per direction (TestMatchRepeatedDataSet has the
-// figures it exists for).
+// 10-message mean; the next ones cost 8 to 12 bytes (match model).
 // The blob sets are 200 messages, each a SOAP envelope around 0 to 12
 // KiB of random bytes, as base64 text or raw (blobMessages in
 // blob_test.go); before blobs they coded at 75.7% and 99.4% of raw, at
-// 12 to 22 MB/s both ways. Blobs changed no family's size by more than
-// rounding (wire format: one bit(blob) per value literal with 256 bytes
-// left).
-// Messages with many independent numbers (fixml requests, the numbers
-// of weather reports) still run below the 150/300 MB/s speed targets,
-// as does prose (per-byte context models for words): each number
-// is parsed, its delta bases are checked and costed, and the bases not
-// used are trained, some 60 to 90 probability updates and 15 coded
-// decisions per number.
+// 12 to 22 MB/s both ways.
+// The 150/300 MB/s speed targets are met on 14 of 16 directions. FIXML
+// requests decode at 267 MB/s (five independent random numbers per
+// entry, some 15 coded decisions each) and detailed weather reports run
+// at 60 / 82 MB/s: 50 random figures per report and words coded as
+// tokens, each through the value or successor models. Only the encoder
+// weighs delta bases; the decoder decodes one delta per number.
 //
 //go:generate go run gen.go
 package xmltok
