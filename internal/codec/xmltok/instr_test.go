@@ -1,0 +1,59 @@
+package xmltok
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestInstructionHarness is not a test but a fixed workload for counting instructions,
+// which unlike wall-clock time does not vary with a noisy (virtual) machine:
+// scripts/xmltok-instructions.sh runs it under valgrind's cachegrind with R messages and
+// with none, and divides the difference by R. Everything outside the measured loop is the
+// same for any R. XMLTOK_INSTR_SET names a family direction (fixml-request,
+// weather-detailed-response, ...), XMLTOK_INSTR_OP is enc or dec.
+func TestInstructionHarness(t *testing.T) {
+	set := os.Getenv("XMLTOK_INSTR_SET")
+	if set == "" {
+		t.Skip("set XMLTOK_INSTR_SET (see scripts/xmltok-instructions.sh)")
+	}
+	r, err := strconv.Atoi(os.Getenv("XMLTOK_INSTR_R"))
+	if err != nil || r < 0 || r > 400 {
+		t.Fatalf("XMLTOK_INSTR_R=%q: want 0..400", os.Getenv("XMLTOK_INSTR_R"))
+	}
+	names, sets := benchSets()
+	var msgs [][]byte
+	for i, n := range names {
+		if n == set {
+			msgs = sets[i]
+		}
+	}
+	if msgs == nil {
+		t.Fatalf("no message set %q (have %v)", set, names)
+	}
+	// Steady state: both ends have seen every message once.
+	enc, dec := NewEncoder(Options{}), NewDecoder(Options{})
+	var out []byte
+	for _, m := range msgs {
+		if out, err = dec.Decode(out[:0], enc.Encode(nil, m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if os.Getenv("XMLTOK_INSTR_OP") == "enc" {
+		var buf []byte
+		for n := range r {
+			buf = enc.Encode(buf[:0], msgs[n%len(msgs)])
+		}
+		return
+	}
+	const k = 400 // payloads made whatever r is
+	payloads := make([][]byte, k)
+	for n := range k {
+		payloads[n] = enc.Encode(nil, msgs[n%len(msgs)])
+	}
+	for n := range r {
+		if out, err = dec.Decode(out[:0], payloads[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
