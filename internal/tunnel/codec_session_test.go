@@ -676,6 +676,8 @@ func TestCodecFormatMismatchFallsBack(t *testing.T) {
 		echoServer(t, s)
 		require.Equal(t, []uint8{deltaID}, c.FormatMismatches())
 		require.Equal(t, []uint8{deltaID}, s.FormatMismatches())
+		require.Equal(t, 1.0, testutil.ToFloat64(cm.formats.WithLabelValues("test", "delta")))
+		require.Equal(t, 1.0, testutil.ToFloat64(sm.formats.WithLabelValues("edge", "delta")))
 		require.False(t, c.PeerSupports(deltaID))
 		require.True(t, c.PeerSupports(reverseID))
 		for i := range 20 {

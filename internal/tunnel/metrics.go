@@ -28,6 +28,7 @@ type Metrics struct {
 	resyncs       *prometheus.CounterVec
 	resends       *prometheus.CounterVec
 	fallbacks     *prometheus.CounterVec
+	formats       *prometheus.CounterVec
 	nackErrors    *prometheus.CounterVec
 	retained      *prometheus.GaugeVec
 	epoch         *prometheus.GaugeVec
@@ -112,6 +113,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_tunnel_codec_fallbacks_total",
 			Help: "Messages sent as identity although an encoding was configured, by reason.",
 		}, []string{"peer", "reason"}),
+		formats: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_codec_format_mismatches_total",
+			Help: "Tunnel connections on which a configured codec went unused because the peer speaks another wire format of it (another release, another zstd dictionary).",
+		}, []string{"peer", "codec"}),
 		nackErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_codec_nack_errors_total",
 			Help: "CODEC_NACKs for no message awaiting acknowledgement (a peer bug); the stream is reset.",
@@ -133,7 +138,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials,
-			m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.nackErrors,
+			m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.formats, m.nackErrors,
 			m.retained, m.epoch, m.codecSeconds)
 	}
 	return m
@@ -171,6 +176,16 @@ func (c *codecCounters) add(raw, payload int) {
 	c.messages.Inc()
 	c.raw.Add(float64(raw))
 	c.payload.Add(float64(payload))
+}
+
+// formatMismatches counts a connection's codecs left unused for a format mismatch.
+func (m *Metrics) formatMismatches(peer string, cfg *Config, ids []uint8) {
+	if m == nil {
+		m = discardMetrics
+	}
+	for _, id := range ids {
+		m.formats.WithLabelValues(peer, cfg.codecName(id)).Inc()
+	}
 }
 
 func (m *Metrics) session(peer string, cfg *Config) *sessionMetrics {

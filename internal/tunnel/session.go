@@ -151,6 +151,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m 
 	}
 	s.initCodecs()
 	s.m = m.session(peerLabel, cfg)
+	m.formatMismatches(peerLabel, cfg, s.formatMismatch)
 	s.m.setEpoch(s, s.sendEpoch)
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.lastRecv.Store(time.Now().UnixNano())
