@@ -204,11 +204,69 @@ func (c *coder) rawBytes(v []byte, n int) []byte {
 // tree codes an n-bit symbol with a binary tree of adaptive
 // probabilities; p must hold at least 1<<n entries.
 func (c *coder) tree(p []prob, n int, v uint32) uint32 {
-	node := uint32(1)
-	for i := n - 1; i >= 0; i-- {
-		node = node<<1 | c.bit(&p[node], v>>uint(i)&1)
+	if c.dec {
+		return c.treeDec(p, n, 1) - 1<<uint(n)
 	}
-	return node - 1<<uint(n)
+	c.treeEnc(p, n, 1, v)
+	return v & (1<<uint(n) - 1)
+}
+
+// treeEnc codes the n low bits of v, high first, down a tree from node
+// on; bit's encoding step with the range and low end in locals, as in
+// treeDec.
+func (c *coder) treeEnc(p []prob, n int, node, v uint32) {
+	rng, low := c.rng, c.low
+	for i := n - 1; i >= 0; i-- {
+		b := v >> uint(i) & 1
+		pp := &p[node]
+		pv := uint32(int32(*pp) + probHalf)
+		bound := (rng >> probBits) * pv
+		if b == 0 {
+			rng = bound
+			*pp += prob((probOne - pv) >> moveBits)
+		} else {
+			low += uint64(bound)
+			rng -= bound
+			*pp -= prob(pv >> moveBits)
+		}
+		for rng < rcTop {
+			rng <<= 8
+			c.low = low
+			c.shiftLow()
+			low = c.low
+		}
+		node = node<<1 | b
+	}
+	c.rng, c.low = rng, low
+}
+
+// treeDec decodes n bits of a tree from node on and returns the final
+// node. It is bit's decoding step with the range and code in local
+// variables: through c they were reloaded after every probability
+// update, which the compiler cannot prove does not alias them.
+func (c *coder) treeDec(p []prob, n int, node uint32) uint32 {
+	rng, code := c.rng, c.code
+	for range n {
+		pp := &p[node]
+		pv := uint32(int32(*pp) + probHalf)
+		bound := (rng >> probBits) * pv
+		if code < bound {
+			rng = bound
+			*pp += prob((probOne - pv) >> moveBits)
+			node <<= 1
+		} else {
+			code -= bound
+			rng -= bound
+			*pp -= prob(pv >> moveBits)
+			node = node<<1 | 1
+		}
+		for rng < rcTop {
+			rng <<= 8
+			code = code<<8 | uint32(c.next())
+		}
+	}
+	c.rng, c.code = rng, code
+	return node
 }
 
 // byte1 codes a byte with an order-1 literal model row.
@@ -251,11 +309,13 @@ func (c *coder) num(m *numModel, v uint64) uint64 {
 	r := uint64(1)
 	t := min(rem, numTop)
 	tp := &m.top[min(nn, len(m.top)-1)]
-	node := uint32(1)
-	for i := range t {
-		b := c.bit(&tp[node], uint32(v>>uint(rem-1-i))&1)
-		node = node<<1 | b
-		r = r<<1 | uint64(b)
+	if c.dec {
+		node := c.treeDec(tp[:], t, 1)
+		r = uint64(node) // the leading one, then the t bits
+	} else {
+		top := uint32(v>>uint(rem-t)) & (1<<uint(t) - 1)
+		c.treeEnc(tp[:], t, 1, top)
+		r = r<<uint(t) | uint64(top)
 	}
 	rem -= t
 	for rem > 0 {
