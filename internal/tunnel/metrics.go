@@ -234,6 +234,7 @@ func (m *Metrics) session(peer string, cfg *Config) *sessionMetrics {
 		id := mc.ID()
 		name := cfg.codecName(id)
 		sm.codecSent[id], sm.codecRecv[id] = counters("sent", name), counters("received", name)
+		m.formats.WithLabelValues(peer, name) // at 0 until a mismatch: the alert has a series
 	}
 	return sm
 }

@@ -15,6 +15,7 @@ var metricNames = []string{
 	"soapgw_tunnel_checksum_errors_total",
 	"soapgw_tunnel_codec_epoch",
 	"soapgw_tunnel_codec_fallbacks_total",
+	"soapgw_tunnel_codec_format_mismatches_total",
 	"soapgw_tunnel_codec_messages_total",
 	"soapgw_tunnel_codec_nack_errors_total",
 	"soapgw_tunnel_codec_payload_bytes_total",
@@ -50,6 +51,7 @@ func TestMetrics(t *testing.T) {
 	for _, r := range fallbackNames {
 		require.Zero(t, testutil.ToFloat64(m.fallbacks.WithLabelValues("test", r)))
 	}
+	require.Zero(t, testutil.ToFloat64(m.formats.WithLabelValues("test", "delta")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.epoch.WithLabelValues("test")))
 	require.Equal(t, 1.0, messages(m, "test", "sent", "delta"))
 	require.Equal(t, 1.0, messages(m, "edge", "received", "delta"))
