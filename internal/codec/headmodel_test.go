@@ -212,10 +212,11 @@ func FuzzHeadModelDecode(f *testing.F) {
 }
 
 // legacyHead is the request head of a legacy client (Axis 1.0, nine header fields) whose
-// exchange id and X-Bench-Call counter both advance by one per message.
-func legacyHead(i int) *envelope.Request {
+// exchange id and X-Bench-Call counter both advance by one per message, for a body of n
+// bytes.
+func legacyHead(i, n int) *envelope.Request {
 	return &envelope.Request{ExchangeID: "5e1f00a2-" + strconv.Itoa(i), Upstream: "svc", Method: "POST",
-		Target: "/axis/services/Calendar", ContentLength: 431, Header: httpwire.Header{
+		Target: "/axis/services/Calendar", ContentLength: int64(n), Header: httpwire.Header{
 			{Name: "Content-Type", Value: "text/xml; charset=utf-8"},
 			{Name: "Accept", Value: "application/soap+xml, application/dime, multipart/related, text/*"},
 			{Name: "User-Agent", Value: "Axis/1.0"},
@@ -223,7 +224,7 @@ func legacyHead(i int) *envelope.Request {
 			{Name: "Cache-Control", Value: "no-cache"},
 			{Name: "Pragma", Value: "no-cache"},
 			{Name: "SOAPAction", Value: `""`},
-			{Name: "Content-Length", Value: "431"},
+			{Name: "Content-Length", Value: strconv.Itoa(n)},
 			{Name: "X-Bench-Call", Value: "stress/" + strconv.Itoa(i)},
 		}}
 }
@@ -260,7 +261,7 @@ func TestHeadModelSteadyCost(t *testing.T) {
 		maxEvery int     // no steady head costs more
 	}{
 		// Everything as predicted: the reference byte alone.
-		{"legacy request, ids +1", func(i int) []byte { return headMsg(legacyHead(1000+i), "") }, 1, 1},
+		{"legacy request, ids +1", func(i int) []byte { return headMsg(legacyHead(1000+i, 431), "") }, 1, 1},
 		// The length's delta in an op byte that also covers the status, reason and
 		// protocol, and a run for the rest (the header's Content-Length follows the
 		// envelope's); the Date's tick, when a reference does not predict it, costs 2.
@@ -280,7 +281,7 @@ func TestHeadModelSteadyCost(t *testing.T) {
 		{"numeric-looking values that do not round-trip", func(i int) []byte { return headMsg(oddHead(i), "") }, 34, 36},
 		// A credential travels literally every time (the rest is predicted around it).
 		{"credential", func(i int) []byte {
-			h := legacyHead(1000 + i)
+			h := legacyHead(1000+i, 431)
 			h.Header = append(h.Header, httpwire.Field{Name: "Authorization", Value: "Basic c29hcDpzM2NyM3Q="})
 			return headMsg(h, "")
 		}, 28, 28},

@@ -177,19 +177,7 @@ func TestTokenHeadLearnedFromUncodedHead(t *testing.T) {
 	d, _ := c.NewDecoder(Limits{})
 	body := []byte(`<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body><ping/></soapenv:Body></soapenv:Envelope>`)
 	for i := 1; i <= 5; i++ {
-		cl := strconv.Itoa(len(body))
-		h := &envelope.Request{ExchangeID: "5e1f00a2-" + strconv.Itoa(i), Upstream: "svc", Method: "POST",
-			Target: "/axis/services/Calendar", ContentLength: int64(len(body)), Header: httpwire.Header{
-				{Name: "Content-Type", Value: "text/xml; charset=utf-8"},
-				{Name: "Accept", Value: "application/soap+xml, application/dime, multipart/related, text/*"},
-				{Name: "User-Agent", Value: "Axis/1.0"},
-				{Name: "Host", Value: "10.77.0.2:8080"},
-				{Name: "Cache-Control", Value: "no-cache"},
-				{Name: "Pragma", Value: "no-cache"},
-				{Name: "SOAPAction", Value: `""`},
-				{Name: "Content-Length", Value: cl},
-				{Name: "X-Bench-Call", Value: "stress/" + strconv.Itoa(i)},
-			}}
+		h := legacyHead(i, len(body))
 		m := append(h.Append(nil), body...)
 		p, err := e.Encode(nil, m)
 		require.NoError(t, err)
