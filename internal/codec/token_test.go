@@ -201,8 +201,8 @@ func TestTokenHeadLearnedFromUncodedHead(t *testing.T) {
 // TokenFormat and set tokenFormatDigest to the digest the failure prints.
 func TestTokenFormatPinned(t *testing.T) {
 	const (
-		pinnedFormat      = 2
-		tokenFormatDigest = "e929a0f845d8a8f1c1c894bfcc753a4b"
+		pinnedFormat      = 3
+		tokenFormatDigest = "d22ca38cecfd248420cbc8e960ff1739"
 	)
 	c, err := NewToken()
 	require.NoError(t, err)

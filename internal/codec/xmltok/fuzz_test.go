@@ -25,6 +25,9 @@ func FuzzRoundTrip(f *testing.F) {
 	for _, m := range gen.Family("charging", 4, gen.DefaultSeed) {
 		f.Add(m.Body)
 	}
+	// Prose: two weather reports in one input, the second coded by slots.
+	wd := byDir(gen.Family("weather-detailed", 4, gen.DefaultSeed))[gen.Response]
+	f.Add(append(append(bytes.Clone(wd[0]), 0xFF, 0x00), wd[1]...))
 	// Blobs: a dense value, then junk over markup, in one input.
 	blobs := blobEdgeInputs()
 	f.Add(append(append(bytes.Clone(blobs[0]), 0xFF, 0x00), blobs[13]...))
@@ -55,6 +58,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(uint8(1), []byte{modeCoded})
 	f.Add(uint8(2), []byte{modeCoded, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
 	f.Add(uint8(0), []byte{7})
+	for _, m := range byDir(gen.Family("weather-detailed", 2, gen.DefaultSeed))[gen.Response] {
+		f.Add(uint8(0), NewEncoder(Options{DictBytes: 4096}).Encode(nil, m))
+	}
 	for _, m := range blobEdgeInputs()[:2] {
 		f.Add(uint8(0), NewEncoder(Options{DictBytes: 4096}).Encode(nil, m))
 	}

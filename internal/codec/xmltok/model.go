@@ -15,7 +15,6 @@ const (
 	ringN       = 32   // recent distinct values per value context
 	maxLast     = 512  // longest value remembered as a context's last value
 	maxValEntry = 256  // longest value entered in the dictionary
-	proseMin    = 48   // shortest text value coded as words and numbers
 	pieceBits   = 10   // static piece ids are coded in this many bits
 )
 
@@ -40,6 +39,8 @@ type vctx struct {
 	idx                                                   [ringN]prob
 	d                                                     [4]numModel // per delta base
 	ln                                                    numModel
+
+	prose *proseState // the slots of a prose field (prose.go)
 }
 
 // assocEnt remembers the value a context had the last time the message's
@@ -112,7 +113,10 @@ type model struct {
 
 	baseBuf  baseSet // what bases fills
 	hist     history // earlier messages' tokens, for the match model
-	noRecord bool    // the value being coded went as prose or a blob
+	noRecord bool    // the value being coded went as a blob
+
+	proseSlots int       // prose slots allocated, over all fields
+	proseSpill proseSlot // the slot of tokens past the budgets
 
 	h   uint64 // running digest of every model update
 	tmp []byte
@@ -510,6 +514,7 @@ func (m *model) vctx() *vctx {
 		// Keep the buffers: prose contexts collide often, and a fresh
 		// association table per collision was most of the garbage.
 		last, assoc := x.last[:0], x.assoc
+		m.dropProse(x)
 		for i := range assoc {
 			assoc[i].key = 0
 		}
@@ -614,8 +619,18 @@ func (m *model) setLast(x *vctx, v []byte, sh shape) {
 		a.key, a.v, a.sh = m.key, append(a.v[:0], v...), sh
 	}
 	if sh.kind == shNone {
-		m.key = hashBytes(v) | 1
+		m.key = keyHash(v) | 1
 	}
+}
+
+// keyHash is the association key of a non-numeric value. A value longer
+// than maxLast (a report, a document) is keyed by its length and first
+// bytes: hashing all of it cost a tenth of a prose message's decoding.
+func keyHash(v []byte) uint64 {
+	if len(v) > maxLast {
+		return hashBytes(v[:maxAssoc]) ^ uint64(len(v))<<40
+	}
+	return hashBytes(v)
 }
 
 // assocFor returns the associated value for the current key, or nil.
@@ -957,11 +972,21 @@ func (m *model) encValueModel(c *coder, v []byte, st uint8) {
 		return
 	}
 	c.bit(&x.pRef, 0)
-	if m.encLiteral(c, x, v, st) {
+	blob, prose := m.encLiteral(c, x, v, st)
+	if blob {
 		return
 	}
-	m.h = mix(m.h, 5^hashBytes(v))
+	m.h = mix(m.h, literalHash(v, prose))
 	m.afterLiteral(x, v, sh)
+}
+
+// literalHash is what a value literal adds to the digest: its bytes, or
+// for prose only its length, its words and numbers being in already.
+func literalHash(v []byte, prose bool) uint64 {
+	if prose {
+		return 8 ^ uint64(len(v))<<8
+	}
+	return 5 ^ hashBytes(v)
 }
 
 func (m *model) afterLiteral(x *vctx, v []byte, sh shape) {
@@ -973,22 +998,9 @@ func (m *model) afterLiteral(x *vctx, v []byte, sh shape) {
 	m.setLast(x, v, sh)
 }
 
-func isProse(v []byte) bool {
-	if len(v) < proseMin {
-		return false
-	}
-	spaces := 0
-	for _, c := range v {
-		if c == ' ' {
-			spaces++
-		}
-	}
-	return spaces*16 >= len(v)
-}
-
 // encLiteral codes a value literal; it reports whether it went as a
-// blob, which has made its own model update.
-func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) bool {
+// blob, which has made its own model update, or as prose.
+func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) (blob, prose bool) {
 	pre, upper, uuid := isUUID(v)
 	if c.bit(&x.pUUID, b2u(uuid)) == 1 {
 		// A random uuid costs its 16 bytes, not 36 characters.
@@ -1009,7 +1021,7 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) bool {
 				w = 0
 			}
 		}
-		return false
+		return false, false
 	}
 	// The blob flag is coded where the decoder knows a blob can start:
 	// outside numbers, with blobMin bytes left in the message.
@@ -1022,71 +1034,18 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) bool {
 			if ext > 0 {
 				m.ext, m.extSt = ext, bst
 			}
-			return true
+			return true, false
 		}
 	}
-	prose := isProse(v)
+	prose = isProse(v)
 	c.bit(&x.pProse, b2u(prose))
 	c.num(&x.ln, uint64(len(v)))
 	if prose {
-		m.encProse(c, v)
-		m.noRecord = true // after the words and numbers, which record themselves
-		return false
+		m.encProse(c, x, v)
+		return false, true
 	}
 	m.codePieces(c, &m.valPieces, v, len(v))
-	return false
-}
-
-// encProse codes a long text value as alternating words (non-digit runs,
-// coded like markup tokens, with successor prediction) and numbers
-// (coded like values, in the context of the word before them). A weather
-// report that differs from the last one in its figures and a few words
-// then costs little more than those.
-func (m *model) encProse(c *coder, v []byte) {
-	sp, sp2 := m.prev, m.prev2
-	st := uint8(stProse)
-	for pos := 0; pos < len(v); {
-		if st == stValDigits {
-			end := scanValue(v, pos, st)
-			m.encValue(c, v[pos:end], st)
-			pos, st = end, stProse
-			continue
-		}
-		n, next := m.encMark(c, v, pos, st)
-		pos, st = pos+n, next
-	}
-	m.prev, m.prev2 = sp, sp2
-}
-
-func (m *model) decProse(c *coder, dst []byte, n, limit int) []byte {
-	sp, sp2 := m.prev, m.prev2
-	st := uint8(stProse)
-	end := len(dst) + n
-	empties := 0
-	for len(dst) < end && m.err == nil {
-		before := len(dst)
-		if st == stValDigits {
-			dst = m.decValue(c, dst, end, st)
-			st = stProse
-		} else {
-			dst, st = m.decMark(c, dst, end, st)
-			if st != stProse && st != stValDigits {
-				m.fail("bad state %d in text", st)
-			}
-		}
-		if len(dst) == before {
-			if empties++; empties > 2 {
-				m.fail("no progress in text")
-			}
-		} else {
-			empties = 0
-		}
-		if c.overrun > maxOverrun {
-			m.fail("truncated payload")
-		}
-	}
-	m.prev, m.prev2 = sp, sp2
-	return dst
+	return false, false
 }
 
 func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte {
@@ -1174,6 +1133,7 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 		return m.finishValue(x, dst, m.tmp, parseShape(m.tmp), limit)
 	}
 	// literal
+	prose := false
 	if c.bit(&x.pUUID, 0) == 1 {
 		pre := c.num(&x.ln, 0)
 		if pre > 64 || pre+36 > uint64(limit-len(dst)) {
@@ -1212,7 +1172,7 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 		m.noRecord = true
 		return m.decBlob(c, x, dst, limit)
 	} else {
-		prose := c.bit(&x.pProse, 0) == 1
+		prose = c.bit(&x.pProse, 0) == 1
 		n := c.num(&x.ln, 0)
 		if n > uint64(limit-len(dst)) {
 			m.fail("value of %d bytes overruns the message", n)
@@ -1224,8 +1184,7 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 				return dst
 			}
 			dst = grow(dst, int(n), limit)
-			dst = m.decProse(c, dst, int(n), start+int(n))
-			m.noRecord = true // after the words and numbers, which record themselves
+			dst = m.decProse(c, x, dst, int(n))
 		} else {
 			dst = m.decPieces(c, &m.valPieces, dst, int(n), limit)
 		}
@@ -1234,9 +1193,7 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 		}
 	}
 	v := dst[start:]
-	m.h = mix(m.h, 5^hashBytes(v))
-	// The prose may have reused x's slot for a number context; re-fetch
-	// is not needed: both ends write the same slot in the same order.
+	m.h = mix(m.h, literalHash(v, prose))
 	m.afterLiteral(x, v, parseShape(v))
 	return dst
 }

@@ -292,8 +292,8 @@ const numTop = 5
 
 // numLen codes the bit length of a number: lengths 63 and 64 share the
 // tree's last leaf and a direct bit tells them apart.
-func (c *coder) numLen(m *numModel, n int) int {
-	l := int(c.tree(m.ln[:], 6, uint32(min(n, 63))))
+func (c *coder) numLen(ln *[64]prob, n int) int {
+	l := int(c.tree(ln[:], 6, uint32(min(n, 63))))
 	if l == 63 {
 		l += int(c.direct(uint32(n-63), 1))
 	}
@@ -301,20 +301,24 @@ func (c *coder) numLen(m *numModel, n int) int {
 }
 
 func (c *coder) num(m *numModel, v uint64) uint64 {
-	nn := c.numLen(m, bits.Len64(v))
+	nn := c.numLen(&m.ln, bits.Len64(v))
+	return c.numRest(m.top[min(nn, len(m.top)-1)][:], numTop, nn, v)
+}
+
+// numRest codes the bits of v below its leading one, given its bit
+// length nn: up to topBits of them with the tree tp, the rest direct.
+func (c *coder) numRest(tp []prob, topBits, nn int, v uint64) uint64 {
 	if nn == 0 {
 		return 0
 	}
 	rem := nn - 1
 	r := uint64(1)
-	t := min(rem, numTop)
-	tp := &m.top[min(nn, len(m.top)-1)]
+	t := min(rem, topBits)
 	if c.dec {
-		node := c.treeDec(tp[:], t, 1)
-		r = uint64(node) // the leading one, then the t bits
+		r = uint64(c.treeDec(tp, t, 1)) // the leading one, then the t bits
 	} else {
 		top := uint32(v>>uint(rem-t)) & (1<<uint(t) - 1)
-		c.treeEnc(tp[:], t, 1, top)
+		c.treeEnc(tp, t, 1, top)
 		r = r<<uint(t) | uint64(top)
 	}
 	rem -= t
