@@ -60,7 +60,10 @@ type proseSlot struct {
 // decisions, a wide figure eight and its low bits.
 type proseNumModel struct {
 	sym [32]prob
-	top [16][8]prob
+	// top is allocated on the first value of 16 or more: many slots
+	// never see one, and a slot without it is a third of the size, which
+	// keeps a report's slots in the cache.
+	top *[16][8]prob
 }
 
 // isProse reports whether text value v is coded as prose: 48 bytes or
@@ -345,6 +348,9 @@ func (c *coder) proseNum(m *proseNumModel, v uint64) (uint64, bool) {
 		if n > 64 {
 			return 0, false
 		}
+	}
+	if m.top == nil {
+		m.top = new([16][8]prob)
 	}
 	return c.numRest(m.top[sym-16][:], 3, n, v), true
 }
