@@ -4,7 +4,7 @@ package xmltok
 // token and every short value they code to one history stream shared by
 // all messages of the direction. While the current message repeats an
 // earlier stretch of that stream (the same DataSet rows as the last
-// response, the same header blocks, the same forecast sentences), a
+// response, the same header blocks, the same Security header), a
 // pointer walks along it, and each token is coded first as one
 // high-precision "as predicted" decision. A confirmed prediction costs
 // under a thousandth of a bit and skips every other model, which is what
