@@ -122,7 +122,7 @@ func (s *proseSlot) use(id uint32, e *entry) {
 	s.word, s.wordID, s.wordEnd, s.hasWord = e.s, id, e.end, true
 }
 
-// ringAlive reports whether s remembers a live word besides ring[0].
+// proseRingAlive reports whether s remembers a live word besides ring[0].
 func (m *model) proseRingAlive(s *proseSlot) bool {
 	for _, id := range s.ring[1:] {
 		if m.t.alive(id) {
@@ -292,6 +292,11 @@ func (m *model) proseNum(c *coder, s *proseSlot, t []byte) {
 	}
 	c.proseNum(&s.num, u)
 	m.codeDigits(c, s, decDigits(u), n)
+	m.numDone(s, u, n)
+}
+
+// numDone records number u of n digits in slot s and the digest.
+func (m *model) numDone(s *proseSlot, u uint64, n int) {
 	s.n = uint8(n)
 	m.h = mix(m.h, u<<5^uint64(n))
 }
@@ -325,8 +330,7 @@ func (m *model) decNum(c *coder, s *proseSlot, dst []byte, limit int) []byte {
 	} else {
 		dst = appendPad(dst, u, n)
 	}
-	s.n = uint8(n)
-	m.h = mix(m.h, u<<5^uint64(n))
+	m.numDone(s, u, n)
 	return dst
 }
 
