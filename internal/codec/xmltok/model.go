@@ -1075,7 +1075,7 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 		m.h = mix(m.h, 1)
 		pred, sh := m.predict(x), x.sh
 		if x.delta != 0 {
-			sh = parseShape(pred)
+			sh = reconShape(pred, x.last, x.sh, x.sh.v+x.delta)
 		}
 		return m.finishValue(x, dst, pred, sh, limit)
 	}
@@ -1095,8 +1095,9 @@ func (m *model) decValueModel(c *coder, dst []byte, limit int, st uint8) []byte 
 		}
 		d := m.codeDelta(c, x, b, bsh[b], 0, 0)
 		m.h = mix(m.h, 2^zigzag(d)<<8)
-		m.pred = recon(m.pred[:0], bb[b], bsh[b], bsh[b].v+d)
-		sh := parseShape(m.pred)
+		v := bsh[b].v + d
+		m.pred = recon(m.pred[:0], bb[b], bsh[b], v)
+		sh := reconShape(m.pred, bb[b], bsh[b], v)
 		return m.finishValue(x, dst, m.pred, sh, limit)
 	}
 	if m.ringAlive(x) && c.bit(&x.pRing, 0) == 1 {

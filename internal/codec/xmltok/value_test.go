@@ -111,3 +111,58 @@ func TestCanonicalTimes(t *testing.T) {
 		}
 	}
 }
+
+// reconShapeValues are the numbers TestReconShape and FuzzReconShape
+// rebuild each base with: the base's own, small steps, steps that add or
+// drop digits, signs, and values far outside any field's range.
+func reconShapeValues(bs shape) []int64 {
+	v := bs.v
+	return []int64{v, v + 1, v - 1, -v, 0, 1, -1, v * 10, v / 10, v + 86400, v - 86400, v + 3600*1000,
+		v + 1e6, v - 1e6, 9, 10, 99, 100, 1e9, -1e9, 1e12, 1e15, 1e17, 999999999999999999, -999999999999999999,
+		1 << 40, -(1 << 40), 3155760000 * 1000, -3155760000 * 1000, 1<<62 - 1, -1 << 62}
+}
+
+func checkReconShape(t testing.TB, base []byte, v int64) {
+	bs := parseShape(base)
+	if bs.kind == shNone {
+		return
+	}
+	out := recon(nil, base, bs, v)
+	if got, want := reconShape(out, base, bs, v), parseShape(out); got != want {
+		t.Fatalf("reconShape(recon(%q, %d) = %q) = %+v, parseShape gives %+v", base, v, out, got, want)
+	}
+}
+
+// TestReconShape checks the decoder's shortcut for the shape of a value
+// rebuilt from a delta against its definition, parsing the rebuilt text,
+// over the layout samples and random mutations of them.
+func TestReconShape(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	bases := append([]string(nil), shapeSamples...)
+	for range 2000 {
+		b := []byte(shapeSamples[r.Intn(len(shapeSamples))])
+		if len(b) > 0 {
+			i := r.Intn(len(b))
+			b = append(b[:i], append([]byte{"0-.9:T x"[r.Intn(8)]}, b[i:]...)...)
+		}
+		bases = append(bases, string(b))
+	}
+	for _, base := range bases {
+		b := []byte(base)
+		for _, v := range reconShapeValues(parseShape(b)) {
+			checkReconShape(t, b, v)
+		}
+		for range 20 {
+			checkReconShape(t, b, r.Int63n(1<<uint(r.Intn(62)+1))-r.Int63n(1<<20))
+		}
+	}
+}
+
+func FuzzReconShape(f *testing.F) {
+	for _, s := range shapeSamples {
+		f.Add(s, int64(12345))
+	}
+	f.Fuzz(func(t *testing.T, base string, v int64) {
+		checkReconShape(t, []byte(base), v)
+	})
+}
