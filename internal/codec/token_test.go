@@ -201,8 +201,8 @@ func TestTokenHeadLearnedFromUncodedHead(t *testing.T) {
 // TokenFormat and set tokenFormatDigest to the digest the failure prints.
 func TestTokenFormatPinned(t *testing.T) {
 	const (
-		pinnedFormat      = 3
-		tokenFormatDigest = "d22ca38cecfd248420cbc8e960ff1739"
+		pinnedFormat      = 4
+		tokenFormatDigest = "703477e7ba20695e39dc1ce762cdd16a"
 	)
 	c, err := NewToken()
 	require.NoError(t, err)

@@ -1,5 +1,7 @@
 package xmltok
 
+import "math/bits"
+
 // The match model predicts from history. Both ends append every markup
 // token and every short value they code to one history stream shared by
 // all messages of the direction. While the current message repeats an
@@ -52,10 +54,15 @@ type history struct {
 	pMark [matchLenCap/2 + 1]hprob
 }
 
+// init sizes the rings from the dictionary budget, rounded down to powers
+// of two: positions wrap with a mask, where a remainder by a variable
+// was a 64-bit division per token, on both ends.
 func (h *history) init(dictBytes int) {
-	h.recCap = max(1024, dictBytes/16)
-	h.arenaCap = max(4096, dictBytes)
+	h.recCap = floorPow2(max(1024, dictBytes/16))
+	h.arenaCap = floorPow2(max(4096, dictBytes))
 }
+
+func floorPow2(n int) int { return 1 << (bits.Len(uint(n)) - 1) }
 
 func ctxKey32(prev2, prev uint32) uint32 {
 	return uint32((uint64(prev2)<<32 | uint64(prev)) * 0x9E3779B97F4A7C15 >> 32)
@@ -67,7 +74,7 @@ func (h *history) next() *histRec {
 		h.ok = false
 		return nil
 	}
-	return &h.recs[h.ptr%uint64(h.recCap)]
+	return &h.recs[h.ptr&uint64(h.recCap-1)]
 }
 
 // value returns the bytes of value record r, nil if the arena has
@@ -77,7 +84,7 @@ func (h *history) value(r *histRec) []byte {
 	if back > uint64(h.arenaCap) || uint64(r.n) > back {
 		return nil
 	}
-	i := (h.pos - back) % uint64(h.arenaCap)
+	i := (h.pos - back) & uint64(h.arenaCap-1)
 	return h.arena[i : i+uint64(r.n)]
 }
 
@@ -85,14 +92,14 @@ func (h *history) add(r histRec) {
 	if len(h.recs) < h.recCap {
 		h.recs = append(h.recs, r)
 	} else {
-		h.recs[h.n%uint64(h.recCap)] = r
+		h.recs[h.n&uint64(h.recCap-1)] = r
 	}
 	h.n++
 }
 
 // store copies v into the arena and returns its offset.
 func (h *history) store(v []byte) uint64 {
-	i := h.pos % uint64(h.arenaCap)
+	i := h.pos & uint64(h.arenaCap-1)
 	if i+uint64(len(v)) > uint64(h.arenaCap) {
 		// Values do not wrap: skip to the start of the ring.
 		h.pos += uint64(h.arenaCap) - i

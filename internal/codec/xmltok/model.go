@@ -143,16 +143,27 @@ func mix(h, x uint64) uint64 {
 // hashBytes hashes a value or token for the digest and the association
 // key. It takes eight bytes per multiply (a 2 KB weather report is
 // hashed twice per message); both ends must compute the same function.
+//
+// The last 1 to 8 bytes are read in at most two loads, not a byte at a
+// time: a value ends there whatever its length. A tail of 8 bytes or more
+// overlaps the blocks before it, one of 4 to 7 is two overlapping words,
+// one of 1 to 3 is its first, middle and last byte; each covers every
+// byte of the tail, and the length is in the seed.
 func hashBytes(b []byte) uint64 {
-	h := uint64(0xcbf29ce484222325) ^ uint64(len(b))*0x100000001b3
-	for len(b) >= 8 {
-		h = (h ^ binary.LittleEndian.Uint64(b)) * 0x9E3779B97F4A7C15
-		h ^= h >> 29
-		b = b[8:]
-	}
+	n := len(b)
+	h := uint64(0xcbf29ce484222325) ^ uint64(n)*0x100000001b3
 	var t uint64
-	for i, c := range b {
-		t |= uint64(c) << (8 * uint(i))
+	switch {
+	case n >= 8:
+		for i := 0; i+8 < n; i += 8 {
+			h = (h ^ binary.LittleEndian.Uint64(b[i:])) * 0x9E3779B97F4A7C15
+			h ^= h >> 29
+		}
+		t = binary.LittleEndian.Uint64(b[n-8:])
+	case n >= 4:
+		t = uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint32(b[n-4:]))<<32
+	case n > 0:
+		t = uint64(b[0]) | uint64(b[n>>1])<<8 | uint64(b[n-1])<<16
 	}
 	h = (h ^ t) * 0x9E3779B97F4A7C15
 	return h ^ h>>32

@@ -13,8 +13,8 @@ type Options struct {
 	// DictBytes is the dynamic dictionary budget per direction (sum of
 	// entry sizes, each entry counted as len+32 like HPACK); default 1 MiB.
 	// It also sizes the match history: DictBytes/16 records of 16 bytes
-	// and a DictBytes value arena, allocated as they fill. Both ends must
-	// use the same value.
+	// and a DictBytes value arena, each rounded down to a power of two and
+	// allocated as they fill. Both ends must use the same value.
 	DictBytes int
 	// MaxMessage caps a decoded message; <=0 means 64 MiB. Decode returns
 	// an error wrapping ErrTooLarge past it.
