@@ -209,6 +209,14 @@ func appendPad(dst []byte, u uint64, w int) []byte {
 // appendIntPad is appendPad for signed values; only hostile payloads
 // produce negative clock fields, but they must not crash the decoder.
 func appendIntPad(dst []byte, v int64, w int) []byte {
+	// Clock and date fields, most of what is rebuilt: two or four digits
+	// without the general loop.
+	switch {
+	case w == 2 && uint64(v) < 100:
+		return append(dst, byte('0'+v/10), byte('0'+v%10))
+	case w == 4 && uint64(v) < 10000:
+		return append(dst, byte('0'+v/1000), byte('0'+v/100%10), byte('0'+v/10%10), byte('0'+v%10))
+	}
 	if v < 0 {
 		dst = append(dst, '-')
 		return appendPad(dst, -uint64(v), w)
