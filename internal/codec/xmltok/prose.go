@@ -217,43 +217,60 @@ func (m *model) decProse(c *coder, x *vctx, dst []byte, n int) []byte {
 	st := uint8(stProse)
 	end := len(dst) + n
 	empties := 0
-	for i := 0; len(dst) < end && m.err == nil; i++ {
-		s := m.proseSlot(x, i)
+	// Every token appends a byte or counts as empty, three empties in a
+	// row fail: at most 3n tokens, however hostile the payload, so a
+	// truncated one is reported after the loop rather than checked for
+	// on every token.
+	for i := 0; len(dst) < end; i++ {
+		var s *proseSlot
+		if p := x.prose; p != nil && i < len(p.slots) {
+			s = &p.slots[i]
+		} else {
+			s = m.proseSlot(x, i)
+		}
 		before := len(dst)
-		if st == stValDigits {
+		switch {
+		case st == stValDigits:
 			dst = m.decNum(c, s, dst, end)
 			st = stProse
-		} else {
-			dst, st = m.decWord(c, s, dst, end)
+		case s.hasWord && c.bit(&s.pSame, 0) == 1:
+			// The word of the slot, most of a report: inline.
+			if len(s.word) > end-len(dst) {
+				m.fail("text word overruns the message")
+				break
+			}
+			m.proseWord(s.wordID)
+			dst, st = append(dst, s.word...), s.wordEnd
+		default:
+			dst, st = m.decOtherWord(c, s, dst, end)
 			if st != stProse && st != stValDigits {
 				m.fail("bad state %d in text", st)
 			}
 		}
+		if m.err != nil {
+			break
+		}
 		if len(dst) == before {
 			if empties++; empties > 2 {
 				m.fail("no progress in text")
+				break
 			}
 		} else {
 			empties = 0
 		}
-		if c.overrun > maxOverrun {
-			m.fail("truncated payload")
-		}
+	}
+	if c.overrun > maxOverrun {
+		m.fail("truncated payload")
 	}
 	m.prev, m.prev2 = sp, sp2
 	return dst
 }
 
-func (m *model) decWord(c *coder, s *proseSlot, dst []byte, limit int) ([]byte, uint8) {
+// decOtherWord decodes a word that is not the one slot s predicts
+// (decProse has decoded that decision): one of the slot's earlier words,
+// or any token through the markup model.
+func (m *model) decOtherWord(c *coder, s *proseSlot, dst []byte, limit int) ([]byte, uint8) {
 	if s.hasWord {
-		if c.bit(&s.pSame, 0) == 1 {
-			if len(s.word) > limit-len(dst) {
-				m.fail("text word overruns the message")
-				return dst, stProse
-			}
-			m.proseWord(s.wordID)
-			return append(dst, s.word...), s.wordEnd
-		}
 		if m.proseRingAlive(s) && c.bit(&s.pRing, 0) == 1 {
 			k := c.tree(s.idx[:], 3, 0)
 			id := s.ring[k]
