@@ -262,48 +262,49 @@
 // steady state on one core of the 2-core development VM (2026-11-22),
 // compiled as the soapgw binary is (with cmd/soapgw/default.pgo), the
 // best of three runs of -benchtime 10000x. The VM's speed varies by up
-// to 2x between runs, and did that day: the three runs decoded
-// weather-detailed responses at 321, 344 and 220 MB/s and fixml requests
-// at 251, 241 and 325; eight more runs of 3000x gave 200 to 287 and 235
-// to 318 (medians 255 and 277). Without the profile, number-heavy
+// to 2x between runs: in the quiet hour of these runs the three decoded
+// weather-detailed responses at 316, 334 and 339 MB/s and fixml requests
+// at 340, 341 and 341, and eight more runs of 3000x gave medians of 309
+// and 334 MB/s; in a slow hour earlier that day the same directions
+// gave medians of 255 and 277. Without the profile, number-heavy
 // directions run up to 30% slower. zstd-stream sizes are deterministic:
 // one pass (-benchtime 1x) gives them. BenchmarkXMLTokCorpus codes the
 // whole corpus per iteration (every direction through its own pair,
-// bytes weighing as on a link): 410, 353 and 387 MB/s decoding and 325,
-// 299 and 331 MB/s encoding in three runs of -benchtime 10x.
+// bytes weighing as on a link): 465, 442 and 457 MB/s decoding and 366,
+// 364 and 359 MB/s encoding in three runs of -benchtime 10x.
 //
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkXMLTok -benchtime 10000x ./internal/codec/xmltok/
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkZstdStream -benchtime 1x ./internal/codec/xmltok/
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkXMLTokCorpus -benchtime 10x ./internal/codec/xmltok/
 //
 //	family / direction          %raw    B/msg  enc MB/s  dec MB/s   zstd-stream %raw
-//	stress request              0.44%      2.9       638       584    4.36%
-//	stress response             0.49%      2.3       577       479    3.97%
+//	stress request              0.44%      2.9       713       642    4.36%
+//	stress response             0.49%      2.3       651       654    3.97%
 //	stress (both)               0.46%      2.6                        4.20%
-//	deploy request              1.63%     10.7       323       407    3.69%
-//	deploy response             0.71%      2.1       816       648    4.11%
+//	deploy request              1.63%     10.7       360       507    3.69%
+//	deploy response             0.71%      2.1       767       619    4.11%
 //	deploy (both)               1.34%      6.4                        3.83%
-//	weather-simple request      0.54%      2.4       546       516    3.17%
-//	weather-simple response     0.41%      2.6       576       609    2.33%
+//	weather-simple request      0.54%      2.4       574       585    3.17%
+//	weather-simple response     0.41%      2.6       614       641    2.33%
 //	weather-simple (both)       0.46%      2.5                        2.67%
-//	weather-detailed request    0.54%      2.4       593       582    3.12%
-//	weather-detailed response   2.53%     50.4       260       344    8.56%
+//	weather-detailed request    0.54%      2.4       589       589    3.12%
+//	weather-detailed response   2.53%     50.4       261       339    8.56%
 //	weather-detailed (both)     2.17%     26.4                        7.57%
-//	fixml request               1.76%     52.2       194       325    5.62%
-//	fixml response              0.45%      2.2       697       595    2.94%
+//	fixml request               1.76%     52.2       232       341    5.62%
+//	fixml response              0.45%      2.2       901       695    2.94%
 //	fixml (both)                1.57%     27.2                        5.24%
-//	northwind request           3.10%      8.9       604       503    9.96%
-//	northwind response          0.22%    757.1       373       421    0.71%
+//	northwind request           3.10%      8.9       802       550    9.96%
+//	northwind response          0.22%    757.1       458       473    0.71%
 //	northwind (both)            0.23%    383.0                        0.72%
-//	charging request            1.00%      5.2       365       463    3.88%
-//	charging response           0.70%      3.8       581       610    3.40%
+//	charging request            1.00%      5.2       423       515    3.88%
+//	charging response           0.70%      3.8       670       649    3.40%
 //	charging (both)             0.85%      4.5                        3.63%
-//	wsa request                 3.44%     21.2       630       619    9.40%
-//	wsa response                3.56%     23.2       642       647    9.57%
+//	wsa request                 3.44%     21.2       691       657    9.40%
+//	wsa response                3.56%     23.2       684       688    9.57%
 //	wsa (both)                  3.50%     22.2                        9.49%
 //
-//	base64 payload (blob)       73.95%  5976.0       448       694
-//	random binary (blob)        97.46%  5949.0       899      4065
+//	base64 payload (blob)       73.95%  5976.0       480       774
+//	random binary (blob)        97.46%  5949.0       892      4276
 //
 // zstd-stream is klauspost/compress zstd at SpeedBestCompression with a
 // 4 MiB window, one frame per direction flushed after each message.
@@ -316,9 +317,9 @@
 // 12 to 22 MB/s both ways.
 // The 150/300 MB/s speed targets are met over the corpus with margin
 // and on all 16 directions in the best runs; weather-detailed responses
-// (about 75k decoder instructions per 2 KB report, 870 coded decisions)
-// and fixml requests (about 115k per 3 KB, 720 decisions) are the
-// slowest, and in a slow hour of the VM they decode below 300 MB/s (see
+// (about 73k decoder instructions per 2 KB report, 870 coded decisions)
+// and fixml requests (about 109k per 3 KB, 720 decisions) are the
+// slowest, and in a slow hour of the VM decode below 300 MB/s (see
 // above). Detailed weather reports went from 80 / 119 MB/s and 4.09% of
 // raw to 249 / 305 MB/s and 2.53% with the prose slots (from 190k
 // instructions). Only the encoder weighs delta bases; the decoder
