@@ -17,9 +17,10 @@ import "math/bits"
 // the pointer walking, as a changed cell in a repeated row should.
 //
 // Memory is bounded by the dictionary budget: the record ring holds
-// DictBytes/16 records of 16 bytes and the value arena DictBytes bytes, both grown
-// on demand, so a connection of small messages uses little. Evicting is
-// overwriting the oldest, identically on both ends.
+// DictBytes/16 records of 16 bytes and the value arena DictBytes bytes,
+// each rounded down to a power of two and grown on demand, so a
+// connection of small messages uses little. Evicting is overwriting the
+// oldest, identically on both ends.
 
 const (
 	maxMatchVal   = 256 // longest value kept in the history
