@@ -44,21 +44,30 @@ func TestMatchRepeatedDataSet(t *testing.T) {
 
 // TestMatchHistoryBounded: with a dictionary budget far below one
 // DataSet, the history rings wrap inside every message; messages still
-// round-trip, the ends stay in step, and memory stays within the budget.
+// round-trip, the ends stay in step, and memory stays within the budget,
+// whose ring sizes are rounded down to powers of two (wrapping is a mask).
 func TestMatchHistoryBounded(t *testing.T) {
 	rs := northwindResponses(t, 2)
-	o := Options{DictBytes: 16 << 10}
-	p := newPair(o)
-	for range 2 {
-		for _, r := range rs {
-			p.roundTrip(t, r)
+	for _, tc := range []struct {
+		dictBytes        int
+		recCap, arenaCap int
+	}{
+		{16 << 10, 1024, 16 << 10},
+		{40<<10 + 5, 2048, 32 << 10}, // 2560 records and 40 KiB, rounded down
+	} {
+		p := newPair(Options{DictBytes: tc.dictBytes})
+		for range 2 {
+			for _, r := range rs {
+				p.roundTrip(t, r)
+			}
 		}
-	}
-	for _, h := range []*history{&p.enc.m.hist, &p.dec.m.hist} {
-		require.Equal(t, 1024, h.recCap)
-		require.LessOrEqual(t, len(h.recs), h.recCap)
-		require.LessOrEqual(t, cap(h.arena), h.arenaCap)
-		require.Greater(t, h.n, uint64(4*h.recCap))
+		for _, h := range []*history{&p.enc.m.hist, &p.dec.m.hist} {
+			require.Equal(t, tc.recCap, h.recCap)
+			require.Equal(t, tc.arenaCap, h.arenaCap)
+			require.LessOrEqual(t, len(h.recs), h.recCap)
+			require.LessOrEqual(t, cap(h.arena), h.arenaCap)
+			require.Greater(t, h.n, uint64(4*h.recCap))
+		}
 	}
 }
 
