@@ -332,12 +332,11 @@ func (m *model) codeDigits(c *coder, s *proseSlot, dd, n int) int {
 }
 
 func (m *model) decNum(c *coder, s *proseSlot, dst []byte, limit int) []byte {
-	u, ok := c.proseNum(&s.num, 0)
-	if !ok || u >= uint64(pow10[maxDigits]) {
+	u, n, ok := c.decProseNum(s)
+	if !ok {
 		m.fail("text number too long")
 		return dst
 	}
-	n := m.codeDigits(c, s, decDigits(u), 0)
 	if n > maxDigits || n > limit-len(dst) {
 		m.fail("text number of %d digits overruns the message", n)
 		return dst
@@ -349,6 +348,37 @@ func (m *model) decNum(c *coder, s *proseSlot, dst []byte, limit int) []byte {
 	}
 	m.numDone(s, u, n)
 	return dst
+}
+
+// decProseNum is the decoding half of proseNum and codeDigits in one
+// function, for a number of slot s: its value and digit count.
+func (c *coder) decProseNum(s *proseSlot) (u uint64, n int, ok bool) {
+	node := c.treeDec(s.num.sym[:], 5, 1)
+	sym := node - 32
+	if sym < 16 {
+		u = uint64(sym)
+	} else {
+		nb := int(sym) - 16 + 5
+		if nb == 20 {
+			if nb += int(c.direct(0, 6)); nb > 64 {
+				return 0, 0, false
+			}
+		}
+		if s.num.top == nil {
+			s.num.top = new([16][8]prob)
+		}
+		if u = c.numRest(s.num.top[sym-16][:], 3, nb, 0); u >= uint64(pow10[maxDigits]) {
+			return 0, 0, false
+		}
+	}
+	dd := decDigits(u)
+	if int(s.n) > dd && c.bit(&s.pWidth, 0) == 1 {
+		return u, int(s.n), true
+	}
+	if c.bit(&s.pCanon, 0) == 1 {
+		return u, dd, true
+	}
+	return u, dd + 1 + int(c.direct(0, 5)), true
 }
 
 // proseNum codes v (< 2^64) with m; ok is false if a decoded bit length
