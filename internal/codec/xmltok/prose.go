@@ -342,9 +342,12 @@ func (m *model) decNum(c *coder, s *proseSlot, dst []byte, limit int) []byte {
 		m.fail("text number of %d digits overruns the message", n)
 		return dst
 	}
-	if n == 1 {
+	switch {
+	case n == 1:
 		dst = append(dst, '0'+byte(u))
-	} else {
+	case n == 2 && u < 100: // most figures of a report: no digit loop
+		dst = append(dst, '0'+byte(u/10), '0'+byte(u%10))
+	default:
 		dst = appendPad(dst, u, n)
 	}
 	m.numDone(s, u, n)
