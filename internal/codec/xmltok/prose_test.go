@@ -159,3 +159,35 @@ func TestProseCorruptPayloads(t *testing.T) {
 	}
 	require.Positive(t, failed, "no corruption was detected")
 }
+
+// TestProseTruncatedPayloads: every truncation of a report's payload
+// fails with ErrCorrupt or decodes to something else, never the report,
+// and never panics. The prose decoder checks for reading past the
+// payload once, after a report's text, not per token.
+func TestProseTruncatedPayloads(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	enc := NewEncoder(Options{})
+	var msgs, payloads [][]byte
+	for range 10 {
+		m := proseMsg(report(r))
+		msgs = append(msgs, m)
+		payloads = append(payloads, enc.Encode(nil, m))
+	}
+	last := payloads[len(payloads)-1]
+	failed := 0
+	for n := 1; n < len(last); n++ {
+		dec := NewDecoder(Options{})
+		for _, pl := range payloads[:len(payloads)-1] {
+			_, err := dec.Decode(nil, pl)
+			require.NoError(t, err)
+		}
+		out, err := dec.Decode(nil, last[:n])
+		if err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			failed++
+			continue
+		}
+		require.NotEqual(t, msgs[len(msgs)-1], out, "truncated at %d of %d bytes", n, len(last))
+	}
+	require.Positive(t, failed, "no truncation was detected")
+}
