@@ -271,7 +271,12 @@
 // one pass (-benchtime 1x) gives them. BenchmarkXMLTokCorpus codes the
 // whole corpus per iteration (every direction through its own pair,
 // bytes weighing as on a link): 465, 442 and 457 MB/s decoding and 366,
-// 364 and 359 MB/s encoding in three runs of -benchtime 10x.
+// 364 and 359 MB/s encoding in three runs of -benchtime 10x. These runs
+// predate decProseNum and the inline slot word; in interleaved runs
+// against them (noisy hour, best of 18), the code since decodes
+// weather-detailed responses 6% faster (323-327 against 303-308 MB/s)
+// and fixml requests 2-4% slower at equal instruction counts (its
+// regenerated profile inlines differently).
 //
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkXMLTok -benchtime 10000x ./internal/codec/xmltok/
 //	go test -pgo=$PWD/cmd/soapgw/default.pgo -run '^$' -bench BenchmarkZstdStream -benchtime 1x ./internal/codec/xmltok/
@@ -317,8 +322,8 @@
 // 12 to 22 MB/s both ways.
 // The 150/300 MB/s speed targets are met over the corpus with margin
 // and on all 16 directions in the best runs; weather-detailed responses
-// (about 73k decoder instructions per 2 KB report, 870 coded decisions)
-// and fixml requests (about 109k per 3 KB, 720 decisions) are the
+// (about 65k decoder instructions per 2 KB report, 870 coded decisions)
+// and fixml requests (about 112k per 3 KB, 720 decisions) are the
 // slowest, and in a slow hour of the VM decode below 300 MB/s (see
 // above). Detailed weather reports went from 80 / 119 MB/s and 4.09% of
 // raw to 249 / 305 MB/s and 2.53% with the prose slots (from 190k
