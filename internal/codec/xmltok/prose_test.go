@@ -124,26 +124,39 @@ func checkProseBudget(t *testing.T, m *model) {
 	require.LessOrEqual(t, total, maxProseTotal)
 }
 
-// Payloads that name impossible prose tokens fail with ErrCorrupt.
-func TestProseCorruptPayloads(t *testing.T) {
-	r := rand.New(rand.NewPCG(5, 6))
+// reportStream returns n generated reports in messages and their
+// payloads from one encoder, in order.
+func reportStream(seed uint64, n int) (msgs, payloads [][]byte) {
+	r := rand.New(rand.NewPCG(seed, seed+1))
 	enc := NewEncoder(Options{})
-	var msgs, payloads [][]byte
-	for range 20 {
+	for range n {
 		m := proseMsg(report(r))
 		msgs = append(msgs, m)
 		payloads = append(payloads, enc.Encode(nil, m))
 	}
+	return msgs, payloads
+}
+
+// warmDecoder returns a decoder that has decoded all but the last of
+// payloads, checking each against msgs.
+func warmDecoder(t *testing.T, msgs, payloads [][]byte) *Decoder {
+	dec := NewDecoder(Options{})
+	for j, pl := range payloads[:len(payloads)-1] {
+		out, err := dec.Decode(nil, pl)
+		require.NoError(t, err)
+		require.Equal(t, msgs[j], out)
+	}
+	return dec
+}
+
+// Payloads that name impossible prose tokens fail with ErrCorrupt.
+func TestProseCorruptPayloads(t *testing.T) {
+	msgs, payloads := reportStream(5, 20)
 	last := payloads[len(payloads)-1]
 	failed := 0
 	for i := 1; i < len(last); i++ {
 		for _, flip := range []byte{0x01, 0x80, 0xFF} {
-			dec := NewDecoder(Options{})
-			for j, pl := range payloads[:len(payloads)-1] {
-				out, err := dec.Decode(nil, pl)
-				require.NoError(t, err)
-				require.Equal(t, msgs[j], out)
-			}
+			dec := warmDecoder(t, msgs, payloads)
 			bad := bytes.Clone(last)
 			bad[i] ^= flip
 			out, err := dec.Decode(nil, bad)
@@ -165,23 +178,11 @@ func TestProseCorruptPayloads(t *testing.T) {
 // and never panics. The prose decoder checks for reading past the
 // payload once, after a report's text, not per token.
 func TestProseTruncatedPayloads(t *testing.T) {
-	r := rand.New(rand.NewPCG(7, 8))
-	enc := NewEncoder(Options{})
-	var msgs, payloads [][]byte
-	for range 10 {
-		m := proseMsg(report(r))
-		msgs = append(msgs, m)
-		payloads = append(payloads, enc.Encode(nil, m))
-	}
+	msgs, payloads := reportStream(7, 10)
 	last := payloads[len(payloads)-1]
 	failed := 0
 	for n := 1; n < len(last); n++ {
-		dec := NewDecoder(Options{})
-		for _, pl := range payloads[:len(payloads)-1] {
-			_, err := dec.Decode(nil, pl)
-			require.NoError(t, err)
-		}
-		out, err := dec.Decode(nil, last[:n])
+		out, err := warmDecoder(t, msgs, payloads).Decode(nil, last[:n])
 		if err != nil {
 			require.ErrorIs(t, err, ErrCorrupt)
 			failed++
