@@ -552,16 +552,7 @@ func (m *model) predict(x *vctx) []byte {
 // in a layout that does not parse back to its own number merely codes a
 // decision that could have been skipped. Both ends decide alike.
 func (m *model) predIsAssoc(x *vctx, a *assocEnt) bool {
-	if a == nil {
-		return false
-	}
-	if x.delta == 0 {
-		return string(a.v) == string(x.last)
-	}
-	if a.sh.kind != x.sh.kind || a.sh.v != x.sh.v+x.delta {
-		return false
-	}
-	return string(a.v) == string(m.predict(x))
+	return a != nil && m.predicts(x, a.v, a.sh)
 }
 
 // predicts reports whether x predicts v (of shape sh), formatting the

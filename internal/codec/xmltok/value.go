@@ -315,14 +315,13 @@ func reconShape(out, base []byte, bs shape, v int64) shape {
 			s.width = 0
 		}
 		return s
-	case shDateTime, shDate:
-		if out[4] == '-' && isDigit(out[0]) { // the year kept four digits
-			s := bs
-			s.v = v
-			return s
+	case shDateTime, shDate, shTime:
+		// The year kept four digits, or the hour two.
+		kept := out[4] == '-'
+		if bs.kind == shTime {
+			kept = out[2] == ':'
 		}
-	case shTime:
-		if out[2] == ':' && isDigit(out[0]) { // the hour kept two digits
+		if kept && isDigit(out[0]) {
 			s := bs
 			s.v = v
 			return s
