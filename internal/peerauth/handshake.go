@@ -1,0 +1,330 @@
+package peerauth
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// tlsRecordHandshake is the first byte of a TLS ClientHello record; a soapgw tunnel
+// HELLO frame starts with 0x00 (the top byte of a length below 16 MiB).
+const tlsRecordHandshake = 0x16
+
+// ServerConfig is what the accepting side authenticates with. Without Insecure, at least
+// one of Keys and ClientCAs must be set: an origin must not serve anonymous edges.
+type ServerConfig struct {
+	// Insecure runs plaintext, unauthenticated tunnels. Nothing else may be set.
+	Insecure bool
+	// Keys are the shared keys accepted from edges; the primary answers with its proof.
+	Keys *Keyring
+	// Cert is the origin's TLS certificate. nil: one generated at start (shared-key mode,
+	// where the edge identifies the origin by its proof, not its certificate).
+	Cert *tls.Certificate
+	// ClientCAs, when set, make a client certificate signed by one of them mandatory.
+	ClientCAs *x509.CertPool
+}
+
+// Server authenticates accepted connections. Its credentials can be swapped at run time
+// (Update) without touching connections already authenticated.
+type Server struct {
+	insecure   bool
+	selfSigned *tls.Certificate // made once, used while no Cert is configured
+	cur        atomic.Pointer[serverState]
+}
+
+type serverState struct {
+	keys *Keyring
+	tls  *tls.Config
+}
+
+// NewServer checks cfg and returns a Server.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	s := &Server{insecure: cfg.Insecure}
+	if err := s.Update(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Insecure reports whether this server runs plaintext, unauthenticated tunnels.
+func (s *Server) Insecure() bool { return s.insecure }
+
+// Update replaces the credentials used for new connections. Switching between insecure
+// and authenticated needs a restart.
+func (s *Server) Update(cfg ServerConfig) error {
+	if cfg.Insecure != s.insecure {
+		return errors.New("switching insecure on or off needs a restart")
+	}
+	if cfg.Insecure {
+		if cfg.Keys != nil || cfg.Cert != nil || cfg.ClientCAs != nil {
+			return errors.New("insecure: true cannot be combined with auth or tls")
+		}
+		return nil
+	}
+	if cfg.Keys == nil && cfg.ClientCAs == nil {
+		return errors.New("no way to authenticate edges: set a shared key (auth), a client CA (tls.ca_file), or insecure: true")
+	}
+	cert := cfg.Cert
+	if cert == nil {
+		if s.selfSigned == nil {
+			c, err := SelfSignedCertificate("soapgw-origin")
+			if err != nil {
+				return err
+			}
+			s.selfSigned = c
+		}
+		cert = s.selfSigned
+	}
+	tc := &tls.Config{
+		MinVersion:             tls.VersionTLS13,
+		Certificates:           []tls.Certificate{*cert},
+		SessionTicketsDisabled: true, // tunnel connections are long-lived; keep no ticket keys
+	}
+	if cfg.ClientCAs != nil {
+		tc.ClientCAs = cfg.ClientCAs
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	s.cur.Store(&serverState{keys: cfg.Keys, tls: tc})
+	return nil
+}
+
+// Handshake authenticates an accepted connection within ctx. It returns the connection
+// to run the tunnel on and a short description of who the peer proved to be (for logs),
+// or an *Error. It does not close conn on failure.
+func (s *Server) Handshake(ctx context.Context, conn net.Conn) (net.Conn, string, error) {
+	stop := bindDeadline(ctx, conn)
+	defer stop()
+	first, err := peekByte(conn)
+	if err != nil {
+		return nil, "", fail(ResultIO, fmt.Errorf("read first byte: %w", err))
+	}
+	pc := &prefixConn{Conn: conn, prefix: []byte{first}}
+	if s.insecure {
+		if first == tlsRecordHandshake {
+			return nil, "", &Error{Result: ResultUnexpectedTLS, Err: errors.New("the edge starts TLS but this origin has insecure: true (give both sides the same auth settings)")}
+		}
+		return pc, "unauthenticated (insecure)", nil
+	}
+	if first != tlsRecordHandshake {
+		why := "the peer does not speak TLS"
+		if first == 0 {
+			why = "the peer sent a plaintext tunnel handshake: an edge with insecure: true, but this origin requires authentication"
+		}
+		return nil, "", &Error{Result: ResultNotTLS, Err: errors.New(why)}
+	}
+	st := s.cur.Load()
+	tc := tls.Server(pc, st.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, "", fail(ResultTLS, err)
+	}
+	who := ""
+	if cs := tc.ConnectionState(); len(cs.PeerCertificates) > 0 {
+		who = "certificate " + cs.PeerCertificates[0].Subject.String()
+	}
+	if st.keys != nil {
+		id, err := serverProof(tc, st.keys)
+		if err != nil {
+			return nil, "", err
+		}
+		if who != "" {
+			who += ", "
+		}
+		who += "key " + id.String()
+	}
+	return tc, who, nil
+}
+
+// serverProof reads the edge's proof, checks it against the keys and answers with the
+// origin's proof (or a refusal, so the edge can say why it was turned away).
+func serverProof(tc *tls.Conn, keys *Keyring) (KeyID, error) {
+	exp, err := exporter(tc)
+	if err != nil {
+		return KeyID{}, fail(ResultTLS, err)
+	}
+	b := make([]byte, ProofLen)
+	if _, err := io.ReadFull(tc, b); err != nil {
+		return KeyID{}, fail(ResultIO, fmt.Errorf("read edge proof: %w", err))
+	}
+	p, err := ParseProof(b)
+	if err != nil {
+		return KeyID{}, &Error{Result: ResultProtocol, Err: err}
+	}
+	if p.Kind != KindEdge {
+		return KeyID{}, &Error{Result: ResultProtocol, Err: fmt.Errorf("first proof is of kind %s, want edge", p.Kind)}
+	}
+	k, ok := keys.Lookup(p.KeyID)
+	if !ok || !p.verify(k, exp) {
+		_, _ = tc.Write(Proof{Kind: KindRefused, KeyID: p.KeyID}.Append(nil))
+		if !ok {
+			return p.KeyID, &Error{Result: ResultBadKey, Err: fmt.Errorf("edge used key id %s, which this origin does not hold (it holds %v)", p.KeyID, keys.IDs())}
+		}
+		return p.KeyID, &Error{Result: ResultBadKey, Err: fmt.Errorf("edge proof for key id %s does not verify", p.KeyID)}
+	}
+	if _, err := tc.Write(newProof(k, KindOrigin, exp).Append(nil)); err != nil {
+		return p.KeyID, fail(ResultIO, fmt.Errorf("send origin proof: %w", err))
+	}
+	return p.KeyID, nil
+}
+
+// ClientConfig is what the dialling side authenticates with.
+type ClientConfig struct {
+	// Insecure runs a plaintext, unauthenticated tunnel. Nothing else may be set.
+	Insecure bool
+	// Keys: the primary key proves this edge; the origin must answer with a proof of the
+	// same key.
+	Keys *Keyring
+	// VerifyServer checks the origin's certificate against RootCAs (system roots when
+	// nil) and ServerName. Without it the origin is identified by its key proof alone.
+	VerifyServer bool
+	RootCAs      *x509.CertPool
+	ServerName   string
+	// Cert is the client certificate for mutual TLS. Optional.
+	Cert *tls.Certificate
+}
+
+// Client authenticates dialled connections; Update swaps credentials for new ones.
+type Client struct {
+	insecure bool
+	cur      atomic.Pointer[clientState]
+}
+
+type clientState struct {
+	keys *Keyring
+	tls  *tls.Config
+}
+
+// NewClient checks cfg and returns a Client.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	c := &Client{insecure: cfg.Insecure}
+	if err := c.Update(cfg); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Insecure reports whether this client runs a plaintext, unauthenticated tunnel.
+func (c *Client) Insecure() bool { return c.insecure }
+
+// Update replaces the credentials used for new connections.
+func (c *Client) Update(cfg ClientConfig) error {
+	if cfg.Insecure != c.insecure {
+		return errors.New("switching insecure on or off needs a restart")
+	}
+	if cfg.Insecure {
+		if cfg.Keys != nil || cfg.Cert != nil || cfg.VerifyServer {
+			return errors.New("insecure: true cannot be combined with auth or tls")
+		}
+		return nil
+	}
+	if cfg.Keys == nil && cfg.Cert == nil {
+		return errors.New("no credentials for the origin: set a shared key (auth), a client certificate (tls.cert_file, tls.key_file), or insecure: true")
+	}
+	if cfg.Keys == nil && !cfg.VerifyServer {
+		return errors.New("a client certificate without server verification would talk to anyone: configure tls to verify the origin")
+	}
+	tc := &tls.Config{
+		MinVersion:             tls.VersionTLS13,
+		ServerName:             cfg.ServerName,
+		RootCAs:                cfg.RootCAs,
+		SessionTicketsDisabled: true,
+	}
+	if !cfg.VerifyServer {
+		// The origin's certificate is one it made itself; its key proof, bound to this
+		// connection's TLS secrets, is what identifies it (see package doc).
+		tc.InsecureSkipVerify = true
+	}
+	if cfg.Cert != nil {
+		tc.Certificates = []tls.Certificate{*cfg.Cert}
+	}
+	c.cur.Store(&clientState{keys: cfg.Keys, tls: tc})
+	return nil
+}
+
+// Handshake authenticates a dialled connection within ctx and returns the connection to
+// run the tunnel on, or an *Error. It does not close conn on failure.
+func (c *Client) Handshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
+	if c.insecure {
+		return conn, nil
+	}
+	stop := bindDeadline(ctx, conn)
+	defer stop()
+	st := c.cur.Load()
+	tc := tls.Client(conn, st.tls)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, fail(ResultTLS, err)
+	}
+	if st.keys == nil {
+		return tc, nil
+	}
+	exp, err := exporter(tc)
+	if err != nil {
+		return nil, fail(ResultTLS, err)
+	}
+	k := st.keys.Primary()
+	if _, err := tc.Write(newProof(k, KindEdge, exp).Append(nil)); err != nil {
+		return nil, fail(ResultIO, fmt.Errorf("send edge proof: %w", err))
+	}
+	b := make([]byte, ProofLen)
+	if _, err := io.ReadFull(tc, b); err != nil {
+		return nil, fail(ResultIO, fmt.Errorf("read origin proof (the origin closed: wrong kind of credentials?): %w", err))
+	}
+	p, err := ParseProof(b)
+	if err != nil {
+		return nil, &Error{Result: ResultProtocol, Err: err}
+	}
+	switch {
+	case p.Kind == KindRefused:
+		return nil, &Error{Result: ResultBadKey, Err: fmt.Errorf("%w (key id %s)", ErrKeyRefused, k.ID())}
+	case p.Kind != KindOrigin || p.KeyID != k.ID() || !p.verify(k, exp):
+		return nil, &Error{Result: ResultBadKey, Err: ErrOriginProof}
+	}
+	return tc, nil
+}
+
+func exporter(tc *tls.Conn) ([]byte, error) {
+	cs := tc.ConnectionState()
+	if cs.Version != tls.VersionTLS13 {
+		return nil, fmt.Errorf("TLS version %x, want 1.3", cs.Version)
+	}
+	return cs.ExportKeyingMaterial(exporterLabel, nil, 32)
+}
+
+// bindDeadline makes conn's I/O fail when ctx ends (its deadline, or cancellation), and
+// returns a function that undoes that.
+func bindDeadline(ctx context.Context, conn net.Conn) (stop func()) {
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	unhook := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	return func() {
+		unhook()
+		_ = conn.SetDeadline(time.Time{})
+	}
+}
+
+func peekByte(conn net.Conn) (byte, error) {
+	var b [1]byte
+	_, err := io.ReadFull(conn, b[:])
+	return b[0], err
+}
+
+// prefixConn replays bytes already read from its connection before reading on.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
