@@ -449,7 +449,7 @@ type frRoute struct{ Prefix, Upstream string }
 // appended at the top level (limits:, drain_timeout:) and peerExtra inside the peer.
 func frEdgeYAML(admin, listen, peerAddr string, routes []frRoute, peerExtra, extra string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "node: e2e-edge\nadmin:\n  listen: %s\nedge:\n  listeners:\n    - name: soap\n      listen: %s\n  peers:\n    - name: dc1\n      address: %s\n      connections: 2\n%s  routes:\n", admin, listen, peerAddr, peerExtra)
+	fmt.Fprintf(&b, "node: e2e-edge\nadmin:\n  listen: %s\nedge:\n  listeners:\n    - name: soap\n      listen: %s\n  peers:\n    - name: dc1\n      address: %s\n      connections: 2\n      auth: {key_file: %s}\n%s  routes:\n", admin, listen, peerAddr, tunnelKeyFile, peerExtra)
 	for _, r := range routes {
 		if r.Prefix != "" {
 			fmt.Fprintf(&b, "    - path_prefix: %s\n      peer: dc1\n      upstream: %s\n", r.Prefix, r.Upstream)
@@ -759,7 +759,7 @@ origin:
 		require.Contains(t, stderr, "origin.upstreams[0].respons_timeout")
 
 		good := filepath.Join(dir, "good.yaml")
-		require.NoError(t, os.WriteFile(good, []byte("origin:\n  listen: 127.0.0.1:1\n  upstreams:\n    - name: svc\n      url: http://127.0.0.1:2\n"), 0o600))
+		require.NoError(t, os.WriteFile(good, []byte("origin:\n  listen: 127.0.0.1:1\n  insecure: true\n  upstreams:\n    - name: svc\n      url: http://127.0.0.1:2\n"), 0o600))
 		code, stdout, stderr := frRunCLI(t, "config", "check", good)
 		require.Equal(t, 0, code, stderr)
 		for _, def := range []string{"drain_timeout: 15s", "exchange_timeout: 1m0s", "max_request_bytes: 32MiB", "response_timeout: 30s", "pool_size: 64", "http_version: \"1.1\""} {

@@ -23,6 +23,10 @@ import (
 // binary is the soapgw executable built by TestMain.
 var binary string
 
+// tunnelKeyFile is the shared tunnel key (written by TestMain with `soapgw keygen`) that
+// the pairs of originYAML and edgeYAML authenticate with, as deployments do.
+var tunnelKeyFile string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "soapgw-e2e-")
 	if err != nil {
@@ -37,6 +41,13 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building soapgw:", err)
+		os.Exit(1)
+	}
+	tunnelKeyFile = filepath.Join(dir, "tunnel.key")
+	keygen := exec.Command(binary, "keygen", "--out", tunnelKeyFile)
+	keygen.Stderr = os.Stderr
+	if err := keygen.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "soapgw keygen:", err)
 		os.Exit(1)
 	}
 	code := m.Run()
@@ -246,10 +257,11 @@ admin:
   listen: %s
 origin:
   listen: %s
+  auth: {key_file: %s}
   upstreams:
     - name: svc
       url: %s
-%s`, a.OriginAdmin, a.Tunnel, upstreamURL, extra)
+%s`, a.OriginAdmin, a.Tunnel, tunnelKeyFile, upstreamURL, extra)
 }
 
 func edgeYAML(a pairAddrs, extra string) string {
@@ -270,10 +282,11 @@ edge:
     - name: dc1
       address: %s
       connections: 2
+      auth: {key_file: %s}
   routes:
 %s    - peer: dc1
       upstream: svc
-%s`, a.EdgeAdmin, a.Edge, a.Tunnel, routes, extra)
+%s`, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile, routes, extra)
 }
 
 // startPair starts an origin for upstreamURL and an edge in front of it.

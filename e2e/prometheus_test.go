@@ -237,6 +237,7 @@ edge:
       address: %s
       connections: 2
       keepalive_interval: 250ms
+      auth: {key_file: %s}
   routes:
     - path_prefix: /svc/
       peer: dc1
@@ -244,7 +245,7 @@ edge:
     - path_prefix: /dead/
       peer: dc1
       upstream: dead
-`, a.EdgeAdmin, a.Edge, a.Tunnel))
+`, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile))
 
 	// Prometheus, configured from the example with this pair's admin listeners.
 	dir := t.TempDir()

@@ -18,6 +18,7 @@ import (
 	"github.com/soapgw/soapgw/internal/codec"
 	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/netsim"
+	"github.com/soapgw/soapgw/internal/peerauth"
 	"github.com/soapgw/soapgw/internal/soapdemo"
 )
 
@@ -102,14 +103,20 @@ func runDemo(ctx context.Context, o *demoOptions, out io.Writer, log *slog.Logge
 	}
 
 	// 2. Through the pair: client → edge (local) → tunnel across the link → origin → service.
+	// The tunnel is authenticated as a deployment's should be: a fresh shared key, TLS 1.3.
+	key, err := peerauth.GenerateKey()
+	if err != nil {
+		return err
+	}
 	origin, err := startGateway(ctx, mustParse(fmt.Sprintf(`
 node: demo-origin
 origin:
   listen: 127.0.0.1:0
+  auth: {key: %q}
   upstreams:
     - name: calendar
       url: http://%s
-`, svcAddr)), log)
+`, key, svcAddr)), log)
 	if err != nil {
 		return err
 	}
@@ -130,10 +137,11 @@ edge:
       address: %s
       connections: 1
       codec: %s
+      auth: {key: %q}
   routes:
     - peer: origin
       upstream: calendar
-`, tunnelLink.Addr(), o.codec)), log)
+`, tunnelLink.Addr(), o.codec, key)), log)
 	if err != nil {
 		return err
 	}

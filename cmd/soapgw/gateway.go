@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/soapgw/soapgw/internal/admin"
 	"github.com/soapgw/soapgw/internal/config"
+	"github.com/soapgw/soapgw/internal/peerauth"
 	"github.com/soapgw/soapgw/internal/proxy"
 	"github.com/soapgw/soapgw/internal/tunnel"
 )
@@ -34,9 +34,16 @@ type gateway struct {
 	edge    *proxy.Edge
 	edgeLns map[string]net.Listener
 
-	origin *proxy.Origin
-	tunSrv *tunnel.Server
-	tunLn  net.Listener
+	origin     *proxy.Origin
+	tunSrv     *tunnel.Server
+	tunLn      net.Listener
+	originAuth *peerauth.Server
+
+	peerAuths map[string]*peerauth.Client // by peer name
+	insecure  *prometheus.GaugeVec
+	reloads   *prometheus.CounterVec
+	reloadMu  sync.Mutex // one reload at a time; guards cfg after start
+	stopWatch context.CancelFunc
 
 	admin *admin.Server
 
@@ -56,7 +63,7 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	}, []string{"version", "node", "edge", "origin"})
 	reg.MustRegister(build)
 	build.WithLabelValues(versionString(), cfg.Node, strconv.FormatBool(cfg.Edge != nil), strconv.FormatBool(cfg.Origin != nil)).Set(1)
-	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]*tunnel.Peer{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
+	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]*tunnel.Peer{}, peerAuths: map[string]*peerauth.Client{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
 	built := g // the named result is nil on error returns; clean up what was built
 	defer func() {
 		if err != nil {
@@ -69,6 +76,20 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 			}
 		}
 	}()
+	g.insecure = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "soapgw_tunnel_insecure",
+		Help: "1 for each tunnel listener (role origin) or peer (role edge) configured with insecure: true: plaintext and unauthenticated.",
+	}, []string{"role", "peer"})
+	g.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "soapgw_reloads_total",
+		Help: "Configuration and credential reloads, by trigger (sighup, files) and result (ok, error); on error the running configuration stays.",
+	}, []string{"trigger", "result"})
+	reg.MustRegister(g.insecure, g.reloads)
+	for _, tr := range []string{reloadSIGHUP, reloadFiles} {
+		for _, r := range []string{"ok", "error"} {
+			g.reloads.WithLabelValues(tr, r)
+		}
+	}
 	tm := tunnel.NewMetrics(reg)
 	pm := proxy.NewMetrics(reg)
 	lim := proxyLimits(cfg.Limits)
@@ -78,115 +99,14 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	}
 
 	socks := &tunnelSockets{log: log}
-
-	if o := cfg.Origin; o != nil {
-		ups := make([]proxy.Upstream, 0, len(o.Upstreams))
-		for _, u := range o.Upstreams {
-			ups = append(ups, proxy.Upstream{
-				Name:               u.Name,
-				Address:            u.HostPort(),
-				TLS:                u.TLS(),
-				InsecureSkipVerify: u.InsecureSkipVerify,
-				HTTP10:             u.HTTPVersion == config.HTTP10,
-				Chunked:            u.AcceptsChunked(),
-				RewriteHost:        u.HostHeader == config.HostHeaderUpstream,
-				ConnectTimeout:     u.ConnectTimeout,
-				ResponseTimeout:    u.ResponseTimeout,
-				IdleTimeout:        u.IdleTimeout,
-				PoolSize:           u.PoolSize,
-			})
-		}
-		g.origin, err = proxy.NewOrigin(proxy.OriginConfig{Node: cfg.Node, Upstreams: ups, Limits: lim}, pm, log)
-		if err != nil {
+	if cfg.Origin != nil {
+		if err := g.startOrigin(cfg.Origin, cs, socks, tm, pm, lim); err != nil {
 			return nil, err
 		}
-		var tcfg *tls.Config
-		if o.TLS != nil {
-			if tcfg, err = serverTLS(o.TLS); err != nil {
-				return nil, usageError{err}
-			}
-		}
-		g.tunLn, err = socks.listen(o.Listen, o.RTOMin)
-		if err != nil {
-			return nil, fmt.Errorf("origin.listen: %w", err)
-		}
-		if tcfg != nil {
-			// The TLS handshake runs inside the tunnel handshake, bounded by its timeout.
-			g.tunLn = tls.NewListener(g.tunLn, tcfg)
-		}
-		// The origin pings too: it measures RTT for its own metrics and notices an edge
-		// whose host vanished (a half-open connection) instead of keeping it for good.
-		enc, err := cs.policy(o.Codec)
-		if err != nil {
-			return nil, usageError{fmt.Errorf("origin.codec: %w", err)}
-		}
-		scfg := cs.session(tunnel.Config{Node: cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second}, enc)
-		origin := g.origin
-		g.tunSrv = tunnel.NewServer(scfg, tm, log.With("role", "origin"), o.MaxConnections, func(ctx context.Context, st *tunnel.Stream) {
-			origin.ServeStream(ctx, st)
-		})
 	}
-
-	if e := cfg.Edge; e != nil {
-		openers := map[string]proxy.Opener{}
-		for i, p := range e.Peers {
-			enc, err := cs.policy(p.Codec)
-			if err != nil { // config validation already refuses unknown names
-				return nil, usageError{fmt.Errorf("edge.peers[%d] (%s): %w", i, p.Name, err)}
-			}
-			dial := socks.dialer(p.RTOMin)
-			if p.TLS != nil {
-				tcfg, err := clientTLS(p.TLS, p.Address, fmt.Sprintf("edge.peers[%d].tls", i))
-				if err != nil {
-					return nil, usageError{err}
-				}
-				dial = tlsDialer(tcfg, dial)
-			}
-			peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{
-				Name:        p.Name,
-				Address:     p.Address,
-				Connections: p.Connections,
-				DialTimeout: p.DialTimeout,
-				Dial:        dial,
-				Session: cs.session(tunnel.Config{
-					Node:              cfg.Node,
-					KeepaliveInterval: p.KeepaliveInterval,
-					KeepaliveTimeout:  p.KeepaliveTimeout,
-				}, enc),
-			}, tm, log.With("role", "edge"))
-			g.peers[p.Name] = peer
-			openers[p.Name] = proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) {
-				st, err := peer.OpenStream(ctx)
-				if err != nil {
-					return nil, err // a nil *tunnel.Stream must not become a non-nil interface
-				}
-				return st, nil
-			})
-		}
-		routes := make([]proxy.Route, 0, len(e.Routes))
-		for i, r := range e.Routes {
-			route := proxy.Route{Listener: r.Listener, PathPrefix: r.PathPrefix, Host: r.Host, Peer: r.Peer, Upstream: r.Upstream}
-			if r.Codec != "" {
-				enc, err := cs.policy(r.Codec)
-				if err != nil {
-					return nil, usageError{fmt.Errorf("edge.routes[%d].codec: %w", i, err)}
-				}
-				if peer := g.peers[r.Peer]; peer != nil {
-					route.Opener = routeOpener(peer, enc)
-				}
-			}
-			routes = append(routes, route)
-		}
-		g.edge, err = proxy.NewEdge(proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}, pm, log)
-		if err != nil {
+	if cfg.Edge != nil {
+		if err := g.startEdge(ctx, cfg.Edge, cs, socks, tm, pm, lim); err != nil {
 			return nil, err
-		}
-		for i, l := range e.Listeners {
-			ln, err := net.Listen("tcp", l.Listen)
-			if err != nil {
-				return nil, fmt.Errorf("edge.listeners[%d] (%s): %w", i, l.Name, err)
-			}
-			g.edgeLns[l.Name] = ln
 		}
 	}
 
@@ -206,11 +126,174 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		g.serve("edge listener "+name, func() error { return g.edge.Serve(ln, name) })
 		log.Info("edge listening for SOAP clients", "listener", name, "addr", ln.Addr().String())
 	}
+	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	g.stopWatch = stopWatch
+	g.watchCredentials(wctx)
 	if g.admin != nil {
 		g.serve("admin listener", g.admin.Serve)
 		log.Info("admin listening", "addr", g.admin.Addr().String())
 	}
 	return g, nil
+}
+
+// startOrigin builds the origin role: upstreams, the tunnel listener and the server that
+// authenticates tunnel connections before they hold any slot.
+func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelSockets, tm *tunnel.Metrics, pm *proxy.Metrics, lim proxy.Limits) error {
+	ups := make([]proxy.Upstream, 0, len(o.Upstreams))
+	for _, u := range o.Upstreams {
+		ups = append(ups, proxyUpstream(u))
+	}
+	var err error
+	g.origin, err = proxy.NewOrigin(proxy.OriginConfig{Node: g.cfg.Node, Upstreams: ups, Limits: lim}, pm, g.log)
+	if err != nil {
+		return err
+	}
+	ac, err := originAuth(o)
+	if err != nil {
+		return usageError{err}
+	}
+	if g.originAuth, err = peerauth.NewServer(ac); err != nil {
+		return usageError{fmt.Errorf("origin: %w", err)}
+	}
+	if o.Insecure {
+		g.insecure.WithLabelValues("origin", "").Set(1)
+		g.log.Warn("origin.insecure is true: tunnels are plaintext and unauthenticated; anyone who reaches the tunnel port can call every upstream", "listen", o.Listen)
+	}
+	enc, err := cs.policy(o.Codec)
+	if err != nil {
+		return usageError{fmt.Errorf("origin.codec: %w", err)}
+	}
+	g.tunLn, err = socks.listen(o.Listen, o.RTOMin)
+	if err != nil {
+		return fmt.Errorf("origin.listen: %w", err)
+	}
+	// The origin pings too: it measures RTT for its own metrics and notices an edge
+	// whose host vanished (a half-open connection) instead of keeping it for good.
+	scfg := cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second}, enc)
+	tm.InitHandshakes()
+	origin := g.origin
+	g.tunSrv = tunnel.NewServer(tunnel.ServerConfig{
+		Session:                scfg,
+		MaxConnections:         o.MaxConnections,
+		Authenticate:           g.originAuth.Handshake,
+		HandshakeTimeout:       o.HandshakeTimeout,
+		MaxHandshakes:          o.MaxHandshakes,
+		MaxHandshakesPerSource: o.MaxHandshakesPerSource,
+	}, tm, g.log.With("role", "origin"), func(ctx context.Context, st *tunnel.Stream) {
+		origin.ServeStream(ctx, st)
+	})
+	return nil
+}
+
+func proxyUpstream(u config.Upstream) proxy.Upstream {
+	return proxy.Upstream{
+		Name:               u.Name,
+		Address:            u.HostPort(),
+		TLS:                u.TLS(),
+		InsecureSkipVerify: u.InsecureSkipVerify,
+		HTTP10:             u.HTTPVersion == config.HTTP10,
+		Chunked:            u.AcceptsChunked(),
+		RewriteHost:        u.HostHeader == config.HostHeaderUpstream,
+		ConnectTimeout:     u.ConnectTimeout,
+		ResponseTimeout:    u.ResponseTimeout,
+		IdleTimeout:        u.IdleTimeout,
+		PoolSize:           u.PoolSize,
+	}
+}
+
+// startEdge builds the edge role: a reconnecting, authenticating tunnel peer per
+// configured origin, the routes, and the client listeners.
+func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codecs, socks *tunnelSockets, tm *tunnel.Metrics, pm *proxy.Metrics, lim proxy.Limits) error {
+	openers := map[string]proxy.Opener{}
+	for i, p := range e.Peers {
+		field := fmt.Sprintf("edge.peers[%d]", i)
+		peer, err := g.startPeer(ctx, p, field, cs, socks, tm)
+		if err != nil {
+			return err
+		}
+		openers[p.Name] = proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) {
+			st, err := peer.OpenStream(ctx)
+			if err != nil {
+				return nil, err // a nil *tunnel.Stream must not become a non-nil interface
+			}
+			return st, nil
+		})
+	}
+	routes := make([]proxy.Route, 0, len(e.Routes))
+	for i, r := range e.Routes {
+		route := proxy.Route{Listener: r.Listener, PathPrefix: r.PathPrefix, Host: r.Host, Peer: r.Peer, Upstream: r.Upstream}
+		if r.Codec != "" {
+			enc, err := cs.policy(r.Codec)
+			if err != nil {
+				return usageError{fmt.Errorf("edge.routes[%d].codec: %w", i, err)}
+			}
+			if peer := g.peers[r.Peer]; peer != nil {
+				route.Opener = routeOpener(peer, enc)
+			}
+		}
+		routes = append(routes, route)
+	}
+	var err error
+	g.edge, err = proxy.NewEdge(proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}, pm, g.log)
+	if err != nil {
+		return err
+	}
+	for i, l := range e.Listeners {
+		ln, err := net.Listen("tcp", l.Listen)
+		if err != nil {
+			return fmt.Errorf("edge.listeners[%d] (%s): %w", i, l.Name, err)
+		}
+		g.edgeLns[l.Name] = ln
+	}
+	return nil
+}
+
+// startPeer starts the tunnel peer for p: it dials TCP, authenticates (TLS and key proof,
+// or mutual TLS, or nothing when insecure) and then runs the tunnel handshake.
+func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs *codecs, socks *tunnelSockets, tm *tunnel.Metrics) (*tunnel.Peer, error) {
+	enc, err := cs.policy(p.Codec)
+	if err != nil { // config validation already refuses unknown names
+		return nil, usageError{fmt.Errorf("%s (%s): %w", field, p.Name, err)}
+	}
+	ac, err := peerAuth(p, field)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	auth, err := peerauth.NewClient(ac)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("%s: %w", field, err)}
+	}
+	g.peerAuths[p.Name] = auth
+	if p.Insecure {
+		g.insecure.WithLabelValues("edge", p.Name).Set(1)
+		g.log.Warn("insecure is true for this peer: its tunnel is plaintext and unauthenticated", "peer", p.Name, "address", p.Address)
+	}
+	dial := socks.dialer(p.RTOMin)
+	peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{
+		Name:        p.Name,
+		Address:     p.Address,
+		Connections: p.Connections,
+		DialTimeout: p.DialTimeout,
+		Dial: func(ctx context.Context, address string) (net.Conn, error) {
+			c, err := dial(ctx, address)
+			if err != nil {
+				return nil, err
+			}
+			ac, err := auth.Handshake(ctx, c)
+			if err != nil {
+				_ = c.Close()
+				return nil, fmt.Errorf("authenticating to %s: %w", address, err)
+			}
+			return ac, nil
+		},
+		Session: cs.session(tunnel.Config{
+			Node:              g.cfg.Node,
+			KeepaliveInterval: p.KeepaliveInterval,
+			KeepaliveTimeout:  p.KeepaliveTimeout,
+		}, enc),
+	}, tm, g.log.With("role", "edge"))
+	g.peers[p.Name] = peer
+	return peer, nil
 }
 
 func proxyLimits(l config.Limits) proxy.Limits {
@@ -293,6 +376,7 @@ func (g *gateway) shutdown(ctx context.Context) error {
 	if g.admin != nil {
 		_ = g.admin.Shutdown(context.WithoutCancel(ctx))
 	}
+	g.stopWatch()
 	g.wg.Wait()
 	return errors.Join(errs...)
 }

@@ -49,9 +49,10 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestConfigCheckPrintsDefaults(t *testing.T) {
+	t.Setenv("SOAPGW_KEY_FILE", "../../testdata/example-tunnel.key") // as a deployment mounts its key
 	code, out, stderr := runCLI(t, "config", "check", "../../deploy/examples/both.yaml")
 	require.Equal(t, exitOK, code, stderr)
-	for _, want := range []string{"max_concurrent_exchanges: 4096", "connections: 1", "pool_size: 64", "exchange_timeout: 1m0s"} {
+	for _, want := range []string{"max_concurrent_exchanges: 4096", "connections: 1", "pool_size: 64", "exchange_timeout: 1m0s", "handshake_timeout: 5s"} {
 		require.Contains(t, out, want)
 	}
 }
@@ -91,7 +92,7 @@ func TestRunPortInUseFailsCleanly(t *testing.T) {
 	require.NoError(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`node: t
 edge:
   listeners: [{name: soap, listen: "%s"}]
-  peers: [{name: dc1, address: "127.0.0.1:9"}]
+  peers: [{name: dc1, address: "127.0.0.1:9", insecure: true}]
   routes: [{peer: dc1, upstream: svc}]
 `, busy.Addr())), 0o600))
 	code, _, stderr := runCLI(t, "run", "--config", cfg)

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,12 +37,27 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 				return err
 			}
 			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
+			// SIGHUP reloads the configuration file (credentials at once; other
+			// changes are named and wait for a restart). An invalid file is refused and
+			// the running configuration stays.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
 			var runErr error
-			select {
-			case <-ctx.Done():
-				log.Info("signal received; draining", "drain_timeout", cfg.DrainTimeout)
-			case runErr = <-gw.errc:
-				log.Error("gateway failed; shutting down", "err", runErr)
+		wait:
+			for {
+				select {
+				case <-ctx.Done():
+					log.Info("signal received; draining", "drain_timeout", cfg.DrainTimeout)
+					break wait
+				case runErr = <-gw.errc:
+					log.Error("gateway failed; shutting down", "err", runErr)
+					break wait
+				case <-hup:
+					if err := gw.reloadConfig(path); err != nil {
+						log.Error("SIGHUP: configuration refused; the running one stays", "err", err)
+					}
+				}
 			}
 			g.stopSignals()
 			dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/soapgw/soapgw/internal/peerauth"
 )
 
 // soapgwPair runs the built soapgw binary twice: the edge in the client site, the origin
@@ -32,6 +34,10 @@ type SoapgwParams struct {
 	TunnelListen string
 	OriginAdmin  string
 	Upstream     string // host:port of the server
+	// KeyFile authenticates the tunnel with this shared key file, as deployments do
+	// (TLS 1.3 and a key proof). Empty: no credentials are written, for a soapgw older
+	// than tunnel authentication.
+	KeyFile string
 	// OriginCodec writes origin.codec, the codec of the responses (its default is
 	// auto). Left out only for identity with a soapgw that does not know the key yet
 	// (whose origin can only send identity).
@@ -51,6 +57,9 @@ edge:
       address: {{.TunnelListen}}
       connections: 1
       codec: {{.Codec}}
+{{- if .KeyFile}}
+      auth: {key_file: {{.KeyFile}}}
+{{- end}}
   routes:
     - peer: origin
       upstream: replay
@@ -63,6 +72,9 @@ admin:
   listen: {{.OriginAdmin}}
 origin:
   listen: {{.TunnelListen}}
+{{- if .KeyFile}}
+  auth: {key_file: {{.KeyFile}}}
+{{- end}}
 {{- if .OriginCodec}}
   codec: {{.Codec}}
 {{- end}}
@@ -114,9 +126,16 @@ func (c soapgwPair) Start(ctx context.Context, env *Env) (_ *Started, err error)
 		return nil, err
 	}
 	edgePath, originPath := filepath.Join(dir, "edge.yaml"), filepath.Join(dir, "origin.yaml")
+	if p.KeyFile, err = writeTunnelKey(dir); err != nil {
+		return nil, err
+	}
 	// A configuration this build refuses (a codec not implemented yet, a key not known
 	// yet) skips the configuration with soapgw's own message instead of failing the run.
 	refused, err := writeSoapgwConfigs(ctx, env, p, edgePath, originPath)
+	if refused != "" && strings.Contains(refused, "auth") {
+		p.KeyFile = "" // a soapgw older than tunnel authentication
+		refused, err = writeSoapgwConfigs(ctx, env, p, edgePath, originPath)
+	}
 	if refused != "" && c.codec == "identity" && strings.Contains(refused, "origin.codec") {
 		p.OriginCodec = false // an older soapgw: its origin answers identity anyway
 		refused, err = writeSoapgwConfigs(ctx, env, p, edgePath, originPath)
@@ -231,4 +250,17 @@ func writeSoapgwConfigs(ctx context.Context, env *Env, p SoapgwParams, edgePath,
 		}
 	}
 	return "", nil
+}
+
+// writeTunnelKey writes a fresh shared tunnel key into dir and returns its path.
+func writeTunnelKey(dir string) (string, error) {
+	key, err := peerauth.GenerateKey()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "tunnel.key")
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("tunnel key: %w", err)
+	}
+	return path, nil
 }

@@ -11,7 +11,7 @@ import (
 
 func TestSoapgwConfigs(t *testing.T) {
 	p := SoapgwParams{Codec: "zstd", EdgeListen: "10.0.0.1:1", EdgeAdmin: "10.0.0.1:2", TunnelListen: "10.0.0.2:3",
-		OriginAdmin: "10.0.0.2:4", Upstream: "10.0.0.2:5", OriginCodec: true}
+		OriginAdmin: "10.0.0.2:4", Upstream: "10.0.0.2:5", OriginCodec: true, KeyFile: "/k/tunnel.key"}
 	edge, origin, err := SoapgwConfigs(p)
 	require.NoError(t, err)
 	var e, o map[string]any
@@ -27,6 +27,8 @@ func TestSoapgwConfigs(t *testing.T) {
 	require.Equal(t, "zstd", og["codec"])
 	require.Equal(t, "10.0.0.2:3", og["listen"])
 	require.Equal(t, "http://10.0.0.2:5", og["upstreams"].([]any)[0].(map[string]any)["url"])
+	require.Equal(t, map[string]any{"key_file": "/k/tunnel.key"}, og["auth"], "the tunnel is authenticated as deployed")
+	require.Equal(t, map[string]any{"key_file": "/k/tunnel.key"}, peer["auth"])
 
 	p.OriginCodec = false
 	_, origin, err = SoapgwConfigs(p)

@@ -173,10 +173,34 @@ type Peer struct {
 	// dominates p99 latency on lossy links. Up to 200ms (the kernel default,
 	// which turns the tuning off). Default: 20ms.
 	RTOMin time.Duration `yaml:"rto_min"`
-	// TLS encrypts the tunnel to this peer and verifies the origin's
-	// certificate; with cert_file and key_file the edge also presents a
-	// client certificate (mutual TLS). Optional. Default: none (plain TCP).
+	// Auth proves this edge to the origin with a shared key (and checks the
+	// origin holds it too), over TLS 1.3. One of auth, tls with a client
+	// certificate (mutual TLS), or insecure: true is required.
+	Auth *Auth `yaml:"auth,omitempty"`
+	// TLS verifies the origin's certificate against ca_file (or the system
+	// roots) and, with cert_file and key_file, presents a client certificate
+	// (mutual TLS). May be combined with auth. Optional.
 	TLS *TLS `yaml:"tls,omitempty"`
+	// Insecure runs this tunnel in plaintext without authentication. The
+	// origin must say insecure: true too. Only for links nobody else can
+	// reach; the process warns at start and exports
+	// soapgw_tunnel_insecure 1. Default: false.
+	Insecure bool `yaml:"insecure,omitempty"`
+}
+
+// Auth authenticates tunnel connections with a shared key: TLS 1.3, then
+// each side proves it holds the key with an HMAC bound to the connection
+// (internal/peerauth/SPEC.md). The key never travels. Exactly one of
+// key_file and key. Make a key with `soapgw keygen`.
+type Auth struct {
+	// KeyFile holds one key per line (base64 or hex, at least 32 bytes); the
+	// first line proves this side, every line is accepted from the other
+	// side, so keys rotate without a failed handshake. Re-read when the
+	// file changes or on SIGHUP.
+	KeyFile string `yaml:"key_file,omitempty"`
+	// Key is one key inline, typically "${SOAPGW_TUNNEL_KEY}" from the
+	// environment. Never printed by config check.
+	Key Secret `yaml:"key,omitempty"`
 }
 
 // TLS secures tunnel connections with TLS 1.3. On an edge peer it verifies
@@ -230,7 +254,7 @@ type OriginConfig struct {
 	// Upstreams are the real SOAP services, named by routes at the edge.
 	// Required, >= 1.
 	Upstreams []Upstream `yaml:"upstreams"`
-	// MaxConnections caps the tunnel connections accepted at once.
+	// MaxConnections caps the authenticated tunnel connections at once.
 	// Default: 256.
 	MaxConnections int `yaml:"max_connections"`
 	// Codec encodes the responses sent back to edges; one of [CodecNames].
@@ -244,10 +268,32 @@ type OriginConfig struct {
 	// dominates p99 latency on lossy links. Up to 200ms (the kernel default,
 	// which turns the tuning off). Default: 20ms.
 	RTOMin time.Duration `yaml:"rto_min"`
-	// TLS makes the tunnel listener speak TLS 1.3 (cert_file and key_file
-	// required); with ca_file, edges must present client certificates.
-	// Optional. Default: none (plain TCP).
+	// Auth accepts edges that prove they hold a shared key, over TLS 1.3
+	// (with a certificate the origin makes for itself unless tls gives one).
+	// One of auth, tls.ca_file (mutual TLS), or insecure: true is required:
+	// an origin never serves anonymous edges by default.
+	Auth *Auth `yaml:"auth,omitempty"`
+	// TLS gives the origin's certificate (cert_file and key_file); with
+	// ca_file, edges must present client certificates signed by it (mutual
+	// TLS). May be combined with auth (both must pass). Optional.
 	TLS *TLS `yaml:"tls,omitempty"`
+	// Insecure accepts plaintext, unauthenticated tunnels: anyone who
+	// reaches listen can call every upstream. Only for links nobody else can
+	// reach; the edges must say insecure: true too. The process warns at
+	// start and exports soapgw_tunnel_insecure 1. Default: false.
+	Insecure bool `yaml:"insecure,omitempty"`
+	// HandshakeTimeout bounds a new tunnel connection's handshake (TLS,
+	// key proof and HELLO); a connection that has not finished by then is
+	// closed. Default: 5s.
+	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
+	// MaxHandshakes bounds the connections in their handshake at once.
+	// Unauthenticated connections hold no max_connections slot; when this
+	// budget is full, the oldest handshake of the address holding the most
+	// is closed to make room. Default: 256.
+	MaxHandshakes int `yaml:"max_handshakes"`
+	// MaxHandshakesPerSource bounds those from one IP address; beyond it
+	// that address's oldest handshake is closed. Default: 16.
+	MaxHandshakesPerSource int `yaml:"max_handshakes_per_source"`
 }
 
 // Upstream is one real SOAP service behind the origin.
@@ -325,6 +371,9 @@ type defaulter interface {
 
 func (o *OriginConfig) setDefaults() {
 	o.MaxConnections = 256
+	o.HandshakeTimeout = 5 * time.Second
+	o.MaxHandshakes = 256
+	o.MaxHandshakesPerSource = 16
 	o.Codec = "auto"
 	o.RTOMin = DefaultRTOMin
 }
@@ -432,4 +481,16 @@ func (c *Config) Marshal() ([]byte, error) {
 		return nil, fmt.Errorf("config: marshal: %w", err)
 	}
 	return buf.Bytes(), nil
+}
+
+// Secret is a configuration value that must not be printed: Marshal (config
+// check) shows it as "(secret)".
+type Secret string
+
+// MarshalYAML hides the value.
+func (s Secret) MarshalYAML() (any, error) {
+	if s == "" {
+		return "", nil
+	}
+	return "(secret)", nil
 }

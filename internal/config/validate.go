@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/soapgw/soapgw/internal/peerauth"
 )
 
 const missing = "missing required field"
@@ -97,6 +99,7 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		if peer.TLS != nil {
 			peer.TLS.validate(errs, p+".tls", false)
 		}
+		checkPeerCredentials(errs, p, peer)
 	}
 
 	if len(e.Routes) == 0 {
@@ -175,6 +178,14 @@ func (o *OriginConfig) validate(errs *errorList) {
 	}
 	if o.TLS != nil {
 		o.TLS.validate(errs, "origin.tls", true)
+	}
+	checkOriginCredentials(errs, o)
+	checkPositive(errs, "origin.handshake_timeout", o.HandshakeTimeout)
+	if o.MaxHandshakes < 1 {
+		errs.add("origin.max_handshakes", "must be at least 1, got %d", o.MaxHandshakes)
+	}
+	if o.MaxHandshakesPerSource < 1 || o.MaxHandshakesPerSource > o.MaxHandshakes {
+		errs.add("origin.max_handshakes_per_source", "must be from 1 to max_handshakes (%d), got %d", o.MaxHandshakes, o.MaxHandshakesPerSource)
 	}
 	names := make(map[string]string, len(o.Upstreams))
 	for i, u := range o.Upstreams {
@@ -395,6 +406,59 @@ func (t *TLS) validate(errs *errorList, p string, server bool) {
 		}
 		if _, err := os.Stat(f.path); err != nil {
 			errs.add(p+"."+f.key, "cannot read %q: %v", f.path, errors.Unwrap(err))
+		}
+	}
+}
+
+// checkOriginCredentials makes authentication the default: an origin serves no edge
+// unless it can authenticate it, or the operator said insecure: true.
+func checkOriginCredentials(errs *errorList, o *OriginConfig) {
+	if o.Auth != nil {
+		o.Auth.validate(errs, "origin.auth")
+	}
+	mtls := o.TLS != nil && o.TLS.CAFile != ""
+	switch {
+	case o.Insecure && (o.Auth != nil || o.TLS != nil):
+		errs.add("origin.insecure", "cannot be combined with auth or tls: choose authenticated or insecure")
+	case !o.Insecure && o.Auth == nil && !mtls:
+		errs.add("origin", "no way to authenticate edges: add auth (a shared key: `soapgw keygen`), tls with ca_file (mutual TLS), or insecure: true (plaintext, anyone who reaches %s can call every upstream)", o.Listen)
+	}
+}
+
+// checkPeerCredentials requires an edge peer to carry credentials the origin can check.
+func checkPeerCredentials(errs *errorList, p string, peer Peer) {
+	if peer.Auth != nil {
+		peer.Auth.validate(errs, p+".auth")
+	}
+	clientCert := peer.TLS != nil && peer.TLS.CertFile != ""
+	switch {
+	case peer.Insecure && (peer.Auth != nil || peer.TLS != nil):
+		errs.add(p+".insecure", "cannot be combined with auth or tls: choose authenticated or insecure")
+	case !peer.Insecure && peer.Auth == nil && !clientCert:
+		errs.add(p, "no credentials for the origin: add auth (the shared key the origin holds), tls with cert_file and key_file (mutual TLS), or insecure: true (plaintext; the origin must allow it too)")
+	}
+}
+
+// validate checks that exactly one key source is given and that it holds usable keys: a
+// bad key should fail `config check`, not every handshake.
+func (a *Auth) validate(errs *errorList, p string) {
+	switch {
+	case a.KeyFile == "" && a.Key == "":
+		errs.add(p, "needs key_file or key")
+	case a.KeyFile != "" && a.Key != "":
+		errs.add(p, "key_file and key are exclusive: give one")
+	case a.KeyFile != "":
+		data, err := os.ReadFile(a.KeyFile)
+		if err != nil {
+			errs.add(p+".key_file", "cannot read %q: %v", a.KeyFile, errors.Unwrap(err))
+			return
+		}
+		if _, err := peerauth.ParseKeys(a.KeyFile, data); err != nil {
+			errs.add(p+".key_file", "%v", err)
+		}
+	default:
+		if _, err := peerauth.ParseKeys("key", []byte(a.Key)); err != nil {
+			errs.add(p+".key", "%v", err)
 		}
 	}
 }

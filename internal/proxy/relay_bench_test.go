@@ -49,7 +49,7 @@ func startRelay(tb testing.TB, respSize int) *relay {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := tunnel.NewServer(nil, nil, nil, 0, func(ctx context.Context, st *tunnel.Stream) { origin.ServeStream(ctx, st) })
+	srv := tunnel.NewServer(tunnel.ServerConfig{}, nil, nil, func(ctx context.Context, st *tunnel.Stream) { origin.ServeStream(ctx, st) })
 	go func() { _ = srv.Serve(tunLn) }()
 	peer := tunnel.NewPeer(context.Background(), tunnel.PeerConfig{Name: "dc1", Address: tunLn.Addr().String(), Connections: 2}, nil, nil)
 	edge, err := proxy.NewEdge(proxy.EdgeConfig{

@@ -22,6 +22,9 @@ type Metrics struct {
 	stalls   *prometheus.CounterVec
 	dials    *prometheus.CounterVec
 
+	handshakes        *prometheus.CounterVec
+	pendingHandshakes prometheus.Gauge
+
 	codecMessages *prometheus.CounterVec
 	codecRaw      *prometheus.CounterVec
 	codecPayload  *prometheus.CounterVec
@@ -88,6 +91,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_dials_total", Help: "Tunnel connection attempts by result (ok, error).",
 		}, []string{"peer", "result"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_handshakes_total",
+			Help: "Tunnel connections accepted by the origin, by how their handshake ended: ok, or the cause of refusal (bad_key, tls_failed, not_tls, timeout, evicted, connection_limit, ...).",
+		}, []string{"result"}),
+		pendingHandshakes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "soapgw_tunnel_handshakes_pending",
+			Help: "Accepted tunnel connections still in their handshake (not yet authenticated).",
+		}),
 
 		codecMessages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_codec_messages_total",
@@ -138,6 +149,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials,
+			m.handshakes, m.pendingHandshakes,
 			m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.formats, m.nackErrors,
 			m.retained, m.epoch, m.codecSeconds)
 	}
@@ -294,4 +306,33 @@ func (m *Metrics) dial(peer string, ok bool) {
 		r = "ok"
 	}
 	m.dials.WithLabelValues(peer, r).Inc()
+}
+
+// handshakeResults are the results a handshake is counted under; each series exists from
+// the start so that rate() and alerts see a 0 before the first refusal.
+var handshakeResults = []string{resultOK, resultEvicted, resultHello, resultConnectionLimit, resultError,
+	"timeout", "not_tls", "unexpected_tls", "tls_failed", "bad_certificate", "bad_key", "protocol_error", "io_error"}
+
+// InitHandshakes creates the handshake series at 0 (an origin calls it once).
+func (m *Metrics) InitHandshakes() {
+	if m == nil {
+		return
+	}
+	for _, r := range handshakeResults {
+		m.handshakes.WithLabelValues(r)
+	}
+}
+
+func (m *Metrics) handshake(result string) {
+	if m == nil {
+		return
+	}
+	m.handshakes.WithLabelValues(result).Inc()
+}
+
+func (m *Metrics) handshakesPending(n int) {
+	if m == nil {
+		return
+	}
+	m.pendingHandshakes.Set(float64(n))
 }

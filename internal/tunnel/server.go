@@ -3,11 +3,13 @@ package tunnel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/soapgw/soapgw/internal/ratelog"
 	"github.com/soapgw/soapgw/internal/tunnel/frame"
 )
 
@@ -15,13 +17,58 @@ import (
 // ctx is cancelled when the server shuts down hard or the session dies.
 type StreamHandler func(ctx context.Context, st *Stream)
 
+// AuthFunc secures and authenticates an accepted connection before the tunnel handshake
+// runs on it, within ctx. It returns the connection to run the session on and a short
+// description of the peer's proven identity (for logs). An error may implement
+// HandshakeResult() string to name its cause in the handshake metric.
+type AuthFunc func(ctx context.Context, conn net.Conn) (net.Conn, string, error)
+
+// ServerConfig says how a Server admits tunnel connections. Zero fields take the
+// defaults documented on each.
+type ServerConfig struct {
+	// Session configures each session (nil: DefaultConfig()).
+	Session *Config
+	// MaxConnections caps the sessions that completed authentication (default 256). A
+	// connection takes a slot only once authenticated, so unauthenticated ones can never
+	// keep a real edge out.
+	MaxConnections int
+	// Authenticate runs on every accepted connection first. nil: the connection is used
+	// as it is (plaintext, unauthenticated; only for insecure: true).
+	Authenticate AuthFunc
+	// HandshakeTimeout bounds everything before a session runs: authentication and the
+	// HELLO exchange (default 5 s).
+	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the connections in their handshake at once (default 256).
+	MaxHandshakes int
+	// MaxHandshakesPerSource bounds those from one IP address (default 16).
+	MaxHandshakesPerSource int
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 256
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.MaxHandshakes <= 0 {
+		c.MaxHandshakes = 256
+	}
+	if c.MaxHandshakesPerSource <= 0 {
+		c.MaxHandshakesPerSource = 16
+	}
+	return c
+}
+
 // Server accepts tunnel connections (the origin side) and runs a handler per stream.
 type Server struct {
-	cfg      *Config
-	m        *Metrics
-	log      *slog.Logger
-	handler  StreamHandler
-	maxConns int
+	cfg     ServerConfig
+	m       *Metrics
+	log     *slog.Logger
+	warn    *ratelog.Limiter // refusals and failed handshakes: an attacker must not fill the disk
+	handler StreamHandler
+	adm     *admission
+	slots   chan struct{} // one per authenticated session
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -33,22 +80,33 @@ type Server struct {
 	handlers sync.WaitGroup // per-stream handlers
 }
 
-// NewServer returns a server; maxConns caps concurrent tunnel connections (0: 256).
-func NewServer(cfg *Config, m *Metrics, log *slog.Logger, maxConns int, h StreamHandler) *Server {
-	if maxConns <= 0 {
-		maxConns = 256
-	}
+// NewServer returns a server that runs h for every stream its sessions accept.
+func NewServer(cfg ServerConfig, m *Metrics, log *slog.Logger, h StreamHandler) *Server {
+	cfg = cfg.withDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, m: m, log: log, handler: h, maxConns: maxConns, ctx: ctx, cancel: cancel, sessions: map[*Session]struct{}{}}
+	return &Server{
+		cfg: cfg, m: m, log: log, warn: ratelog.New(log, 10*time.Second), handler: h,
+		adm:   newAdmission(cfg.MaxHandshakes, cfg.MaxHandshakesPerSource),
+		slots: make(chan struct{}, cfg.MaxConnections),
+		ctx:   ctx, cancel: cancel, sessions: map[*Session]struct{}{},
+	}
 }
+
+// Handshake results counted besides those of the AuthFunc.
+const (
+	resultOK              = "ok"
+	resultEvicted         = "evicted"          // closed to make room for newer connections
+	resultHello           = "hello_failed"     // authenticated, but no valid HELLO
+	resultConnectionLimit = "connection_limit" // authenticated, but max_connections sessions are up
+	resultError           = "error"            // an AuthFunc error without a cause
+)
 
 // Serve accepts connections on ln until ln is closed or Shutdown is called.
 func (srv *Server) Serve(ln net.Listener) error {
 	var delay time.Duration
-	sem := make(chan struct{}, srv.maxConns)
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -57,7 +115,7 @@ func (srv *Server) Serve(ln net.Listener) error {
 			}
 			// Back off on accept errors such as EMFILE instead of spinning.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			srv.log.Warn("tunnel accept failed", "err", err, "retry_in", delay)
+			srv.warn.Warn("accept", "tunnel accept failed", "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
 			case <-srv.ctx.Done():
@@ -66,28 +124,67 @@ func (srv *Server) Serve(ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		select {
-		case sem <- struct{}{}:
-		default:
-			srv.log.Warn("tunnel connection limit reached; closing new connection", "remote", conn.RemoteAddr(), "limit", srv.maxConns)
-			_ = conn.Close()
-			continue
-		}
+		p, _ := srv.adm.admit(conn)
+		srv.m.handshakesPending(srv.adm.pendingCount())
 		srv.conns.Add(1)
 		go func() {
 			defer srv.conns.Done()
-			defer func() { <-sem }()
-			srv.serveConn(conn)
+			srv.serveConn(p)
 		}()
 	}
 }
 
-func (srv *Server) serveConn(conn net.Conn) {
-	s, err := ServerSession(srv.ctx, conn, srv.cfg, srv.m)
+// serveConn authenticates p's connection, runs the HELLO exchange once the connection
+// holds a session slot, then serves its streams.
+func (srv *Server) serveConn(p *pending) {
+	conn := p.conn
+	s, who, result, err := srv.handshake(conn)
+	evicted := srv.adm.done(p)
+	srv.m.handshakesPending(srv.adm.pendingCount())
+	if evicted && err != nil {
+		result = resultEvicted
+	}
+	srv.m.handshake(result)
 	if err != nil {
-		srv.log.Warn("tunnel handshake failed", "remote", conn.RemoteAddr(), "err", err)
+		_ = conn.Close()
+		srv.warn.Warn(result, "tunnel handshake refused", "result", result, "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
+	defer func() { <-srv.slots }()
+	srv.serveSession(s, who)
+}
+
+// handshake authenticates conn, takes a session slot and runs the HELLO exchange, all
+// within HandshakeTimeout. On success the caller owns the slot.
+func (srv *Server) handshake(conn net.Conn) (s *Session, who, result string, err error) {
+	ctx, cancel := context.WithTimeout(srv.ctx, srv.cfg.HandshakeTimeout)
+	defer cancel()
+	who = "unauthenticated"
+	if srv.cfg.Authenticate != nil {
+		conn, who, err = srv.cfg.Authenticate(ctx, conn)
+		if err != nil {
+			result = resultError
+			var r interface{ HandshakeResult() string }
+			if errors.As(err, &r) {
+				result = r.HandshakeResult()
+			}
+			return nil, "", result, err
+		}
+	}
+	select {
+	case srv.slots <- struct{}{}:
+	default:
+		return nil, "", resultConnectionLimit, fmt.Errorf("%d tunnel connections are up (max_connections)", srv.cfg.MaxConnections)
+	}
+	s, err = ServerSession(ctx, conn, srv.cfg.Session, srv.m)
+	if err != nil {
+		<-srv.slots
+		return nil, "", resultHello, err
+	}
+	return s, who, resultOK, nil
+}
+
+func (srv *Server) serveSession(s *Session, who string) {
 	srv.mu.Lock()
 	if srv.draining {
 		srv.mu.Unlock()
@@ -96,8 +193,8 @@ func (srv *Server) serveConn(conn net.Conn) {
 		srv.sessions[s] = struct{}{}
 		srv.mu.Unlock()
 	}
-	log := srv.log.With("remote", conn.RemoteAddr().String(), "peer_node", s.Peer().Node)
-	log.Info("tunnel connection accepted")
+	log := srv.log.With("remote", s.conn.RemoteAddr().String(), "peer_node", s.Peer().Node)
+	log.Info("tunnel connection accepted", "authenticated_as", who)
 	logFormatMismatch(log, s, "")
 	defer func() {
 		srv.mu.Lock()

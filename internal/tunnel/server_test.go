@@ -1,6 +1,9 @@
 package tunnel
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+
 	"bytes"
 	"context"
 	"errors"
@@ -38,6 +41,7 @@ func (l *logBuf) String() string {
 
 type testServer struct {
 	*Server
+	m      *Metrics
 	ln     net.Listener
 	addr   string
 	log    *logBuf
@@ -51,7 +55,8 @@ func newTestServer(t *testing.T, cfg *Config, maxConns int, h StreamHandler) *te
 	require.NoError(t, err)
 	lb := &logBuf{}
 	log := slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ts := &testServer{Server: NewServer(cfg, nil, log, maxConns, h), ln: ln, addr: ln.Addr().String(), log: lb, served: make(chan error, 1)}
+	m := NewMetrics(prometheus.NewRegistry())
+	ts := &testServer{Server: NewServer(ServerConfig{Session: cfg, MaxConnections: maxConns}, m, log, h), m: m, ln: ln, addr: ln.Addr().String(), log: lb, served: make(chan error, 1)}
 	go func() { ts.served <- ts.Serve(ln) }()
 	return ts
 }
@@ -273,7 +278,7 @@ func (c slowConn) Read(b []byte) (int, error) {
 func TestServerShutdownFlushesFinishedResponse(t *testing.T) {
 	resp := bytes.Repeat([]byte("<r/>"), 512<<10) // 2 MiB
 	handled := make(chan struct{})
-	srv := NewServer(nil, nil, nil, 0, func(ctx context.Context, st *Stream) {
+	srv := NewServer(ServerConfig{}, nil, nil, func(ctx context.Context, st *Stream) {
 		defer close(handled)
 		defer st.Close()
 		_, _ = io.ReadAll(st)
@@ -385,7 +390,7 @@ func TestServerMaxConns(t *testing.T) {
 	require.NoError(t, err)
 	_, err = dialSession(t, ts.addr, nil)
 	require.ErrorIs(t, err, ErrHandshake, "a connection beyond maxConns must be closed")
-	require.Eventually(t, func() bool { return strings.Contains(ts.log.String(), "connection limit reached") }, time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(ts.log.String(), "connection_limit") }, time.Second, 5*time.Millisecond)
 	for _, s := range []*Session{a, b} {
 		got, err := exchange(context.Background(), s, []byte("x"))
 		require.NoError(t, err)
@@ -427,7 +432,9 @@ func TestServerHandshakeGarbageIsolated(t *testing.T) {
 			require.False(t, errors.As(err, &ne) && ne.Timeout(), "server kept a garbage connection open")
 		})
 	}
-	require.Eventually(t, func() bool { return strings.Count(ts.log.String(), "tunnel handshake failed") == 4 }, 2*time.Second, 5*time.Millisecond, ts.log.String())
+	// Counted by cause; logged at most once per cause and interval.
+	require.Eventually(t, func() bool { return handshakes(ts.m, resultHello) == 4 }, 2*time.Second, 5*time.Millisecond, ts.log.String())
+	require.Equal(t, 1, strings.Count(ts.log.String(), "tunnel handshake refused"), ts.log.String())
 	require.Contains(t, ts.log.String(), ErrHandshake.Error())
 	// The established session did not notice.
 	require.NoError(t, good.Err())
@@ -461,7 +468,7 @@ func TestServerRejectsOtherProtocolVersion(t *testing.T) {
 		require.Contains(t, reason, "protocol version")
 		_, _, err = readFrame(raw)
 		require.ErrorIs(t, err, io.EOF)
-		require.Eventually(t, func() bool { return strings.Contains(ts.log.String(), "tunnel handshake failed") }, time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool { return strings.Contains(ts.log.String(), "tunnel handshake refused") }, time.Second, 5*time.Millisecond)
 		require.Empty(t, ts.sessions())
 	})
 
@@ -504,4 +511,9 @@ func TestServerRejectsOtherProtocolVersion(t *testing.T) {
 		code, _ := expectGoAway(t, raw)
 		require.Equal(t, frame.CodeProtocol, code)
 	})
+}
+
+// handshakes is the value of soapgw_tunnel_handshakes_total{result}.
+func handshakes(m *Metrics, result string) int {
+	return int(promtestutil.ToFloat64(m.handshakes.WithLabelValues(result)))
 }
