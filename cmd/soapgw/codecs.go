@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 
 	"github.com/soapgw/soapgw/internal/codec"
 	"github.com/soapgw/soapgw/internal/config"
@@ -21,12 +18,6 @@ type codecs struct {
 	faulty int // fault injection: desynchronize every Nth decoder (0: off)
 }
 
-// faultEnv names the fault-injection switch used by the e2e tests (e2e/codec_test.go):
-// with SOAPGW_FAULT_DESYNC_EVERY=N, every Nth message a stateful decoder decodes is fed to
-// it twice, so its dictionary state silently drifts from the encoder's — the failure the
-// tunnel's epoch/resend protocol must turn into a resend, never a corrupted message.
-const faultEnv = "SOAPGW_FAULT_DESYNC_EVERY"
-
 func newCodecs(cfg config.CodecConfig, log *slog.Logger) (*codecs, error) {
 	all, err := codec.Set(codec.Options{
 		GzipLevel:       cfg.GzipLevel,
@@ -38,13 +29,8 @@ func newCodecs(cfg config.CodecConfig, log *slog.Logger) (*codecs, error) {
 		return nil, err
 	}
 	cs := &codecs{cfg: cfg}
-	if v := os.Getenv(faultEnv); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%s=%q: want a positive integer", faultEnv, v)
-		}
-		cs.faulty = n
-		log.Warn("codec fault injection is on: decoders are desynchronized on purpose", "every", n, "env", faultEnv)
+	if cs.faulty, err = desyncEvery(log); err != nil {
+		return nil, err
 	}
 	for _, c := range all {
 		if c.ID() != codec.Identity { // built into the tunnel
@@ -101,22 +87,6 @@ func (t *tunnelCodec) NewDecoder(maxMessage int) (tunnel.MessageDecoder, error) 
 	if err != nil || t.faulty == 0 || (t.c.ID() != codec.Token && t.c.ID() != codec.ZstdStream) {
 		return d, err
 	}
-	return &desyncDecoder{d: d, every: t.faulty}, nil
+	return desynced(d, t.faulty), nil
 }
 
-// desyncDecoder decodes every Nth payload a second time (discarding the result), which
-// advances a stateful decoder's dictionaries past the encoder's. Test hook; see faultEnv.
-type desyncDecoder struct {
-	d     codec.Decoder
-	every int
-	n     int
-}
-
-func (f *desyncDecoder) Decode(dst, payload []byte) ([]byte, error) {
-	out, err := f.d.Decode(dst, payload)
-	f.n++
-	if err == nil && f.n%f.every == 0 {
-		_, _ = f.d.Decode(nil, payload)
-	}
-	return out, err
-}
