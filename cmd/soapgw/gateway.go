@@ -155,6 +155,7 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	if g.originAuth, err = peerauth.NewServer(ac); err != nil {
 		return usageError{fmt.Errorf("origin: %w", err)}
 	}
+	g.insecure.WithLabelValues("origin", "").Set(0) // the series exists either way, for alerts
 	if o.Insecure {
 		g.insecure.WithLabelValues("origin", "").Set(1)
 		g.log.Warn("origin.insecure is true: tunnels are plaintext and unauthenticated; anyone who reaches the tunnel port can call every upstream", "listen", o.Listen)
@@ -264,6 +265,7 @@ func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs
 		return nil, usageError{fmt.Errorf("%s: %w", field, err)}
 	}
 	g.peerAuths[p.Name] = auth
+	g.insecure.WithLabelValues("edge", p.Name).Set(0)
 	if p.Insecure {
 		g.insecure.WithLabelValues("edge", p.Name).Set(1)
 		g.log.Warn("insecure is true for this peer: its tunnel is plaintext and unauthenticated", "peer", p.Name, "address", p.Address)
