@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/soapgw
 
-.PHONY: build test test-short demo bench bench-smoke bench-suite bench-targets pgo fuzz lint clean
+.PHONY: build test test-deps test-short demo bench bench-smoke bench-suite bench-targets pgo fuzz lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/soapgw
@@ -11,9 +11,14 @@ build:
 # binary against real peers (Python zeep/spyne from Debian: see .ci/run). The e2e package
 # runs on its own so that its real processes do not share the 2 cores with the heaviest
 # unit tests (xmltok's sync test, the tunnel stress tests) running beside it.
-test:
+test: test-deps
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/e2e$$') ./testdata/gen/...
 	$(GO) test -race -count=1 -timeout 15m ./e2e/
+
+# What the tests need from the system (real SOAP stacks, Prometheus, nginx, iproute2):
+# installed when run as root on Debian, else a list of what is missing and how to get it.
+test-deps:
+	@bash scripts/test-deps.sh
 
 test-short:
 	$(GO) test -count=1 ./internal/...
