@@ -91,4 +91,3 @@ func TestSourceOfStripsThePort(t *testing.T) {
 	require.Equal(t, "::1", sourceOf(&net.TCPAddr{IP: net.IPv6loopback, Port: 5}))
 	require.Equal(t, "pipe", sourceOf(pipeAddr{}))
 }
-

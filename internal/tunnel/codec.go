@@ -345,21 +345,14 @@ func (s *Session) writeFrame(h frame.Header, head, data, tail []byte) error {
 	return err
 }
 
-// writeWithAck writes a built identity START frame with ack added to its preamble. The
+// writeWithAck writes a queued identity START frame with ack added to its preamble. The
 // ack is not flow-controlled, so the stream's window accounting is unchanged.
-func (s *Session) writeWithAck(b []byte, ack uint64) error {
-	h, err := frame.ParseHeader(b, 0)
-	if err != nil {
-		return s.write(b) // cannot happen: sendLoop built b
-	}
-	pre, rest, err := frame.ParsePreamble(b[frame.HeaderLen:])
-	if err != nil {
-		return s.write(b)
-	}
+func (s *Session) writeWithAck(q queued, ack uint64) error {
+	pre := q.pre
 	pre.Ack = ack
 	head := pre.Append(s.hdrBuf[frame.HeaderLen:frame.HeaderLen])
-	err = s.writeFrame(h, head, rest, nil)
-	putBuf(b)
+	err := s.writeFrame(q.h, head, q.payload[q.preLen:], nil)
+	putBuf(q.payload)
 	return err
 }
 

@@ -440,8 +440,8 @@ func TestPingFloodClosesSession(t *testing.T) {
 	queuedNow := func() (n, pinned int) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, b := range s.ctrlQ {
-			pinned += cap(b)
+		for _, q := range s.ctrlQ {
+			pinned += cap(q.payload)
 		}
 		return len(s.ctrlQ), pinned
 	}

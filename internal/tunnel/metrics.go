@@ -261,10 +261,6 @@ func (c *Config) codecName(id uint8) string {
 	return fmt.Sprintf("codec-%d", id)
 }
 
-func (sm *sessionMetrics) countFrame(c *[numFrameSlots]prometheus.Counter, b []byte) {
-	sm.countFrameOf(c, frame.Type(b[3]), len(b))
-}
-
 func (sm *sessionMetrics) countFrameOf(c *[numFrameSlots]prometheus.Counter, t frame.Type, n int) {
 	c[min(int(t), len(c)-1)].Inc()
 	sm.bytesOut.Add(float64(n))

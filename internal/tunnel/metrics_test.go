@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/peerauth"
 )
 
 // metricNames pins the exported names: dashboards and alerts depend on them.
@@ -27,6 +29,8 @@ var metricNames = []string{
 	"soapgw_tunnel_dials_total",
 	"soapgw_tunnel_flow_control_stalls_total",
 	"soapgw_tunnel_frames_total",
+	"soapgw_tunnel_handshakes_pending",
+	"soapgw_tunnel_handshakes_total",
 	"soapgw_tunnel_rtt_seconds",
 	"soapgw_tunnel_sessions",
 	"soapgw_tunnel_streams",
@@ -43,6 +47,10 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, "re:<x/>", string(got))
 	m.dial("test", true)
 	m.rtt.WithLabelValues("test").Observe(0.001)
+	m.InitHandshakes()
+	m.handshake(resultOK)
+	require.Equal(t, 1.0, testutil.ToFloat64(m.handshakes.WithLabelValues(resultOK)))
+	require.Zero(t, testutil.ToFloat64(m.handshakes.WithLabelValues("bad_key")), "every result exists at 0 from the start")
 
 	// Pre-created at 0: rates and alerts work before the first event.
 	for _, r := range resyncNames {
@@ -69,7 +77,8 @@ func TestMetrics(t *testing.T) {
 	require.Equal(t, metricNames, names)
 
 	for _, col := range []prometheus.Collector{m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials,
-		m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.nackErrors, m.retained, m.epoch, m.codecSeconds} {
+		m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.nackErrors, m.retained, m.epoch, m.codecSeconds,
+		m.handshakes, m.pendingHandshakes} {
 		problems, err := testutil.CollectAndLint(col)
 		require.NoError(t, err)
 		require.Empty(t, problems)
@@ -98,4 +107,13 @@ func TestEpochGaugeIsMaxOverSessions(t *testing.T) {
 	require.Equal(t, 2.0, testutil.ToFloat64(m.epoch.WithLabelValues("p")))
 	sm.setEpoch(a, 0)
 	require.Zero(t, testutil.ToFloat64(m.epoch.WithLabelValues("p")))
+}
+
+// TestHandshakeResultsCoverPeerauth: every cause peerauth reports has a pre-created
+// series, so alerts on it see a 0 before the first refusal.
+func TestHandshakeResultsCoverPeerauth(t *testing.T) {
+	for _, r := range []string{peerauth.ResultTimeout, peerauth.ResultNotTLS, peerauth.ResultUnexpectedTLS, peerauth.ResultTLS,
+		peerauth.ResultBadCertificate, peerauth.ResultBadKey, peerauth.ResultProtocol, peerauth.ResultIO} {
+		require.Contains(t, handshakeResults, r)
+	}
 }

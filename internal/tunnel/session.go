@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,7 +38,7 @@ type Session struct {
 	lastPeerID uint32 // highest stream id the peer opened and we accepted
 	goAwaySent bool
 	goAwayRecv bool
-	ctrlQ      [][]byte  // control frames, written before any DATA
+	ctrlQ      []queued  // control frames, written before any DATA
 	ring       []*Stream // streams with pending DATA frames or a coded message, served one item each in turn
 	ringHead   int
 	numOpen    int // streams opened by this side and not yet finished
@@ -64,9 +65,10 @@ type Session struct {
 	encEpoch   uint64
 	encBuf     []byte
 	hdrBuf     []byte
-	cbuf       [8]byte // a compact header being written (sendLoop only)
-	compactOut uint32  // stream id of the last compact header written (sendLoop only)
-	compactIn  uint32  // stream id of the last compact header read (recvLoop only)
+	cbuf       [8]byte               // a compact header being written (sendLoop only)
+	hdrOut     [frame.HeaderLen]byte // a header being written by write (sendLoop only)
+	compactOut uint32                // stream id of the last compact header written (sendLoop only)
+	compactIn  uint32                // stream id of the last compact header read (recvLoop only)
 	trailerBuf [frame.TrailerLen]byte
 	// Owned by recvLoop:
 	asm        assembly
@@ -434,11 +436,21 @@ func (s *Session) sendControlLocked(t frame.Type, fl frame.Flags, id uint32, pay
 	s.ctrlQ = append(s.ctrlQ, ctrlFrame(t, fl, id, payload))
 }
 
-// ctrlFrame builds a right-sized control frame.
-func ctrlFrame(t frame.Type, fl frame.Flags, id uint32, payload []byte) []byte {
-	b := make([]byte, 0, frame.HeaderLen+len(payload))
-	b = frame.Header{Length: uint32(len(payload)), Type: t, Flags: fl, StreamID: id}.Append(b)
-	return append(b, payload...)
+// queued is a frame waiting for sendLoop: its header and its payload apart, so the writer
+// chooses the header's form (full or compact) and adds acknowledgements to a preamble
+// without parsing bytes it built itself.
+type queued struct {
+	h       frame.Header
+	payload []byte         // preamble (START frames), message bytes, trailer (END frames)
+	pre     frame.Preamble // a START frame's preamble, the first preLen bytes of payload
+	preLen  int
+}
+
+// ctrlFrame queues a control frame. The payload is copied: callers may pass bytes they
+// reuse (a PING answer echoes the read buffer), and the copy, right-sized, never enters
+// the frame buffer pool.
+func ctrlFrame(t frame.Type, fl frame.Flags, id uint32, payload []byte) queued {
+	return queued{h: frame.Header{Length: uint32(len(payload)), Type: t, Flags: fl, StreamID: id}, payload: bytes.Clone(payload)}
 }
 
 func (s *Session) wake() {
@@ -448,8 +460,8 @@ func (s *Session) wake() {
 	}
 }
 
-// enqueueData hands a DATA frame of st to the writer.
-func (s *Session) enqueueData(st *Stream, build func(id uint32) []byte) error {
+// enqueueData hands a DATA frame of st to the writer; build makes it once st has its id.
+func (s *Session) enqueueData(st *Stream, build func(id uint32) queued) error {
 	s.mu.Lock()
 	if err := s.assignIDLocked(st); err != nil {
 		s.mu.Unlock()
@@ -491,14 +503,15 @@ func (s *Session) assignIDLocked(st *Stream) error {
 // outItem is what sendLoop writes next after the control frames: a built DATA frame or a
 // coded message to encode, and acknowledgements to piggyback on its START preamble.
 type outItem struct {
-	data  []byte
-	coded *codedMsg
-	ack   uint64
-	epoch uint64 // for coded
+	data    queued // a DATA frame, when hasData
+	coded   *codedMsg
+	hasData bool
+	ack     uint64
+	epoch   uint64 // for coded
 }
 
 // next takes the queued control frames and at most one DATA item, round-robin by stream.
-func (s *Session) next(ctrl [][]byte) ([][]byte, outItem) {
+func (s *Session) next(ctrl []queued) ([]queued, outItem) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ctrl = append(ctrl[:0], s.ctrlQ...)
@@ -515,9 +528,9 @@ func (s *Session) next(ctrl [][]byte) ([][]byte, outItem) {
 			it.coded, it.epoch, start = st.coded, s.sendEpoch, true
 			st.coded = nil
 		case len(st.pending) > 0:
-			it.data = st.pending[0]
-			start = frame.Flags(it.data[4]).Has(frame.FlagStart)
-			st.pending[0] = nil
+			it.data, it.hasData = st.pending[0], true
+			start = it.data.h.Flags.Has(frame.FlagStart)
+			st.pending[0] = queued{}
 			st.pending = st.pending[1:]
 		default: // reset while queued
 			st.inRing = false
@@ -549,7 +562,7 @@ func (s *Session) next(ctrl [][]byte) ([][]byte, outItem) {
 // TCP segments and syscalls under load, while a lone exchange is flushed at once.
 func (s *Session) sendLoop() {
 	defer s.wg.Done()
-	var ctrl [][]byte
+	var ctrl []queued
 	var it outItem
 	for {
 		select {
@@ -560,14 +573,14 @@ func (s *Session) sendLoop() {
 		_ = s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		for {
 			ctrl, it = s.next(ctrl)
-			if len(ctrl) == 0 && it.data == nil && it.coded == nil {
+			if len(ctrl) == 0 && !it.hasData && it.coded == nil {
 				break
 			}
-			for i, b := range ctrl {
-				if err := s.write(b); err != nil {
+			for i, q := range ctrl {
+				if err := s.write(q); err != nil {
 					return
 				}
-				ctrl[i] = nil
+				ctrl[i] = queued{}
 			}
 			var err error
 			switch {
@@ -575,7 +588,7 @@ func (s *Session) sendLoop() {
 				err = s.writeCoded(it)
 			case it.ack > 0:
 				err = s.writeWithAck(it.data, it.ack)
-			case it.data != nil:
+			case it.hasData:
 				err = s.write(it.data)
 			}
 			if err != nil {
@@ -616,19 +629,15 @@ func (s *Session) queueEmpty() bool {
 	return len(s.ctrlQ) == 0 && s.ringHead == len(s.ring) && s.sentHead == len(s.sent) && s.resendsActive == 0
 }
 
-func (s *Session) write(b []byte) error {
-	var err error
-	if h, perr := frame.ParseHeader(b, 0); perr == nil && h.Compactable() {
-		hb := s.appendHeader(s.cbuf[:0], h)
-		s.m.countFrameOf(&s.m.sent, h.Type, len(hb)+int(h.Length))
-		if _, err = s.bw.Write(hb); err == nil {
-			_, err = s.bw.Write(b[frame.HeaderLen:])
-		}
-	} else {
-		s.m.countFrame(&s.m.sent, b)
-		_, err = s.bw.Write(b)
+// write writes a queued frame, its header in the shortest form, and recycles its payload.
+func (s *Session) write(q queued) error {
+	hb := s.appendHeader(s.hdrOut[:0], q.h)
+	s.m.countFrameOf(&s.m.sent, q.h.Type, len(hb)+len(q.payload))
+	_, err := s.bw.Write(hb)
+	if err == nil && len(q.payload) > 0 {
+		_, err = s.bw.Write(q.payload)
 	}
-	putBuf(b)
+	putBuf(q.payload)
 	if err != nil {
 		s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
 	}

@@ -27,7 +27,7 @@ type Stream struct {
 	id uint32 // 0 until the first frame is queued (locally opened streams); guarded by s.mu
 
 	// Guarded by s.mu: the writer's queue of built frames, or the whole message to code.
-	pending   [][]byte
+	pending   []queued
 	coded     *codedMsg
 	inRing    bool
 	lingering bool // counted in s.lingering
@@ -360,17 +360,17 @@ func (st *Stream) emitLocked(data []byte, end bool) error {
 		// what the peer saw.
 		st.s.m.codecSent[0].add(st.sentBytes+len(data), st.sentBytes+len(data))
 	}
-	err := st.s.enqueueData(st, func(id uint32) []byte {
-		b := getBuf()
-		b = frame.Header{Length: uint32(size), Type: frame.TypeData, Flags: fl, StreamID: id}.Append(b)
+	err := st.s.enqueueData(st, func(id uint32) queued {
+		q := queued{h: frame.Header{Length: uint32(size), Type: frame.TypeData, Flags: fl, StreamID: id}, payload: getBuf()}
 		if start {
-			b = pre.Append(b)
+			q.payload = pre.Append(q.payload)
+			q.pre, q.preLen = pre, len(q.payload)
 		}
-		b = append(b, data...)
+		q.payload = append(q.payload, data...)
 		if end {
-			b = frame.AppendTrailer(b, st.scrc)
+			q.payload = frame.AppendTrailer(q.payload, st.scrc)
 		}
-		return b
+		return q
 	})
 	if err != nil {
 		st.werr = err
