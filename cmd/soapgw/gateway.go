@@ -42,6 +42,7 @@ type gateway struct {
 	peerAuths map[string]*peerauth.Client // by peer name
 	insecure  *prometheus.GaugeVec
 	reloads   *prometheus.CounterVec
+	codecs    *codecs
 	reloadMu  sync.Mutex // one reload at a time; guards cfg after start
 	stopWatch context.CancelFunc
 
@@ -98,6 +99,7 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		return nil, usageError{fmt.Errorf("codecs: %w", err)}
 	}
 
+	g.codecs = cs
 	socks := &tunnelSockets{log: log}
 	if cfg.Origin != nil {
 		if err := g.startOrigin(cfg.Origin, cs, socks, tm, pm, lim); err != nil {
@@ -186,6 +188,25 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	return nil
 }
 
+// proxyRoutes maps configured routes onto the running peers (at start and on reload).
+func (g *gateway) proxyRoutes(rs []config.Route) ([]proxy.Route, error) {
+	routes := make([]proxy.Route, 0, len(rs))
+	for i, r := range rs {
+		route := proxy.Route{Listener: r.Listener, PathPrefix: r.PathPrefix, Host: r.Host, Peer: r.Peer, Upstream: r.Upstream}
+		if r.Codec != "" {
+			enc, err := g.codecs.policy(r.Codec)
+			if err != nil {
+				return nil, fmt.Errorf("edge.routes[%d].codec: %w", i, err)
+			}
+			if peer := g.peers[r.Peer]; peer != nil {
+				route.Opener = routeOpener(peer, enc)
+			}
+		}
+		routes = append(routes, route)
+	}
+	return routes, nil
+}
+
 func proxyUpstream(u config.Upstream) proxy.Upstream {
 	return proxy.Upstream{
 		Name:               u.Name,
@@ -220,21 +241,10 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 			return st, nil
 		})
 	}
-	routes := make([]proxy.Route, 0, len(e.Routes))
-	for i, r := range e.Routes {
-		route := proxy.Route{Listener: r.Listener, PathPrefix: r.PathPrefix, Host: r.Host, Peer: r.Peer, Upstream: r.Upstream}
-		if r.Codec != "" {
-			enc, err := cs.policy(r.Codec)
-			if err != nil {
-				return usageError{fmt.Errorf("edge.routes[%d].codec: %w", i, err)}
-			}
-			if peer := g.peers[r.Peer]; peer != nil {
-				route.Opener = routeOpener(peer, enc)
-			}
-		}
-		routes = append(routes, route)
+	routes, err := g.proxyRoutes(e.Routes)
+	if err != nil {
+		return usageError{err}
 	}
-	var err error
 	g.edge, err = proxy.NewEdge(proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}, pm, g.log)
 	if err != nil {
 		return err

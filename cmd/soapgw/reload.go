@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/soapgw/soapgw/internal/config"
+	"github.com/soapgw/soapgw/internal/proxy"
 )
 
 // Reload triggers, as the soapgw_reloads_total label.
@@ -45,14 +46,15 @@ func (g *gateway) watchCredentials(ctx context.Context) {
 }
 
 // reloadConfig handles SIGHUP: it reads the configuration file again and, if it is valid,
-// applies what can change without a restart (credentials) and names what cannot. An
-// invalid file is refused with its file:line errors and the running configuration stays.
+// applies what can change without a restart (credentials, routes, upstreams, limits) and
+// names what cannot. An invalid file is refused with its file:line errors and the running
+// configuration stays.
 func (g *gateway) reloadConfig(path string) error {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
 	cfg, err := config.Load(path)
 	if err == nil {
-		err = g.applyCredentials(cfg)
+		err = g.applyLive(cfg)
 	}
 	g.countReload(reloadSIGHUP, err)
 	if err != nil {
@@ -63,9 +65,49 @@ func (g *gateway) reloadConfig(path string) error {
 	} else {
 		g.log.Info("configuration reloaded")
 	}
-	// The credential sections now follow the new file; everything else keeps running
-	// as started, so g.cfg keeps describing what runs, but with the new credentials.
-	g.cfg = withCredentialsOf(g.cfg, cfg)
+	// The live sections now follow the new file; everything else keeps running as
+	// started, so g.cfg keeps describing what runs.
+	g.cfg = withLiveOf(g.cfg, cfg)
+	return nil
+}
+
+// applyLive applies the sections of cfg that can change while running. Everything is
+// checked before anything changes, so a refused reload leaves the running configuration
+// whole (the one exception: credentials, applied last, are each checked on their own).
+func (g *gateway) applyLive(cfg *config.Config) error {
+	if running, next := g.cfg.Limits.MaxConcurrentExchanges, cfg.Limits.MaxConcurrentExchanges; running != next {
+		return fmt.Errorf("limits.max_concurrent_exchanges: changing it (%d to %d) needs a restart; nothing was reloaded", running, next)
+	}
+	lim := proxyLimits(cfg.Limits)
+	var routes []proxy.Route
+	if g.edge != nil && cfg.Edge != nil {
+		for _, r := range cfg.Edge.Routes {
+			if g.peers[r.Peer] == nil {
+				return fmt.Errorf("edge.routes: peer %q is new: adding peers needs a restart; nothing was reloaded", r.Peer)
+			}
+		}
+		var err error
+		if routes, err = g.proxyRoutes(cfg.Edge.Routes); err != nil {
+			return err
+		}
+	}
+	if err := g.applyCredentials(cfg); err != nil {
+		return err
+	}
+	if g.edge != nil && cfg.Edge != nil {
+		if err := g.edge.Reconfigure(routes, lim); err != nil {
+			return err
+		}
+	}
+	if g.origin != nil && cfg.Origin != nil {
+		ups := make([]proxy.Upstream, 0, len(cfg.Origin.Upstreams))
+		for _, u := range cfg.Origin.Upstreams {
+			ups = append(ups, proxyUpstream(u))
+		}
+		if err := g.origin.Reconfigure(ups, lim); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -114,16 +156,18 @@ func (g *gateway) applyCredentials(cfg *config.Config) error {
 	return errors.Join(errs...)
 }
 
-// credentialFields are cleared before comparing configurations: they reload live.
-func withoutCredentials(c *config.Config) config.Config {
+// withoutLive clears the fields that reload while running, to compare the rest.
+func withoutLive(c *config.Config) config.Config {
 	out := *c
+	out.Limits = config.Limits{MaxConcurrentExchanges: c.Limits.MaxConcurrentExchanges}
 	if c.Origin != nil {
 		o := *c.Origin
-		o.Auth, o.TLS = nil, nil
+		o.Auth, o.TLS, o.Upstreams = nil, nil, nil
 		out.Origin = &o
 	}
 	if c.Edge != nil {
 		e := *c.Edge
+		e.Routes = nil
 		e.Peers = append([]config.Peer(nil), c.Edge.Peers...)
 		for i := range e.Peers {
 			e.Peers[i].Auth, e.Peers[i].TLS = nil, nil
@@ -136,7 +180,7 @@ func withoutCredentials(c *config.Config) config.Config {
 // needsRestart names the sections that differ between the running and the new
 // configuration other than credentials.
 func needsRestart(running, next *config.Config) []string {
-	a, b := withoutCredentials(running), withoutCredentials(next)
+	a, b := withoutLive(running), withoutLive(next)
 	var changed []string
 	diff := func(name string, x, y any) {
 		if !reflect.DeepEqual(x, y) {
@@ -153,17 +197,19 @@ func needsRestart(running, next *config.Config) []string {
 	return changed
 }
 
-// withCredentialsOf returns running with the credential sections of next, for the peers
-// and origin that exist in both.
-func withCredentialsOf(running, next *config.Config) *config.Config {
+// withLiveOf returns running with the live sections of next (credentials, routes,
+// upstreams, limits), for the peers and roles that exist in both.
+func withLiveOf(running, next *config.Config) *config.Config {
 	out := *running
+	out.Limits = next.Limits
 	if running.Origin != nil && next.Origin != nil {
 		o := *running.Origin
-		o.Auth, o.TLS = next.Origin.Auth, next.Origin.TLS
+		o.Auth, o.TLS, o.Upstreams = next.Origin.Auth, next.Origin.TLS, next.Origin.Upstreams
 		out.Origin = &o
 	}
 	if running.Edge != nil && next.Edge != nil {
 		e := *running.Edge
+		e.Routes = next.Edge.Routes
 		e.Peers = append([]config.Peer(nil), running.Edge.Peers...)
 		for i := range e.Peers {
 			for _, np := range next.Edge.Peers {

@@ -24,9 +24,12 @@ import (
 // over a tunnel stream to the origin gateway. See doc.go for the whole path.
 type Edge struct {
 	cfg EdgeConfig
-	lim Limits
-	m   *Metrics
-	log *slog.Logger
+	lim Limits // as started; MaxConcurrentExchanges sizes inflight. The rest: limits()
+
+	routes atomic.Pointer[[]Route] // swapped by Reconfigure
+	cur    atomic.Pointer[Limits]  // swapped by Reconfigure
+	m      *Metrics
+	log    *slog.Logger
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 
@@ -63,13 +66,16 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 	}
 	lim := cfg.Limits.withDefaults()
 	abortCtx, abortAll := context.WithCancel(context.Background())
-	return &Edge{
+	e := &Edge{
 		abortCtx: abortCtx, abortAll: abortAll,
 		cfg: cfg, lim: lim, m: m, log: log.With("role", "edge"),
 		inflight:  make(chan struct{}, lim.MaxConcurrentExchanges),
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*clientConn]struct{}{},
-	}, nil
+	}
+	e.routes.Store(&cfg.Routes)
+	e.cur.Store(&lim)
+	return e, nil
 }
 
 // Serve accepts client connections on ln until ln is closed or Shutdown is called. name
@@ -197,16 +203,16 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 			e.mu.Unlock()
 			return
 		}
-		_ = cc.SetReadDeadline(time.Now().Add(e.lim.IdleTimeout))
+		_ = cc.SetReadDeadline(time.Now().Add(e.limits().IdleTimeout))
 		e.mu.Unlock()
 		if _, err := br.Peek(1); err != nil {
 			return // idle timeout, client closed, or drain
 		}
 		cc.busy.Store(true)
 		start := time.Now()
-		deadline := start.Add(e.lim.ExchangeTimeout)
+		deadline := start.Add(e.limits().ExchangeTimeout)
 		_ = cc.SetDeadline(deadline)
-		req, err := httpwire.ReadRequest(br, httpwire.Limits{MaxHeaderBytes: e.lim.MaxHeaderBytes})
+		req, err := httpwire.ReadRequest(br, httpwire.Limits{MaxHeaderBytes: e.limits().MaxHeaderBytes})
 		if err != nil {
 			e.rejectRequest(cc, bw, err)
 			return
@@ -304,9 +310,10 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		start: start, deadline: deadline,
 	}
 	host := req.Header.Get("Host")
-	for i := range e.cfg.Routes {
-		if e.cfg.Routes[i].matches(listener, host, req.Target) {
-			x.route = &e.cfg.Routes[i]
+	routes := *e.routes.Load()
+	for i := range routes {
+		if routes[i].matches(listener, host, req.Target) {
+			x.route = &routes[i]
 			break
 		}
 	}
@@ -314,8 +321,8 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		// The body was not read: the connection cannot be reused.
 		return x.fail(404, causeNoRoute, fmt.Errorf("soapgw: no route for host %q and path %q", host, req.Target), true)
 	}
-	if req.ContentLength > e.lim.MaxRequestBytes {
-		return x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body of %d bytes exceeds the limit of %d bytes", req.ContentLength, e.lim.MaxRequestBytes), true)
+	if req.ContentLength > e.limits().MaxRequestBytes {
+		return x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body of %d bytes exceeds the limit of %d bytes", req.ContentLength, e.limits().MaxRequestBytes), true)
 	}
 	select {
 	case e.inflight <- struct{}{}:
@@ -429,7 +436,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			switch {
 			case errors.Is(err, errTooLarge):
 				_ = st.Close()
-				return nil, nil, nil, nil, x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body exceeds the limit of %d bytes", e.lim.MaxRequestBytes), true)
+				return nil, nil, nil, nil, x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body exceeds the limit of %d bytes", e.limits().MaxRequestBytes), true)
 			case errors.Is(err, errClientBody):
 				_ = st.Close()
 				e.gatewayError(x.cc, x.id, x.route.Upstream, causeBadRequest, err)
@@ -440,7 +447,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			sbr = readerPool.Get().(*bufio.Reader)
 			sbr.Reset(st)
 			var head []byte
-			if head, err = readHead(sbr, e.lim.MaxHeaderBytes+4096); err == nil {
+			if head, err = readHead(sbr, e.limits().MaxHeaderBytes+4096); err == nil {
 				if resp, gwErr, err = envelope.ParseResponse(head); err == nil {
 					return st, sbr, resp, gwErr, true
 				}
@@ -460,7 +467,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 	case e.abortCtx.Err() != nil:
 		keep = x.fail(503, causeShuttingDown, fmt.Errorf("soapgw: exchange aborted: the edge is shutting down and its drain deadline passed"), true)
 	case isTimeout(lastErr) || ctx.Err() != nil:
-		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", peer, e.lim.ExchangeTimeout), true)
+		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", peer, e.limits().ExchangeTimeout), true)
 	case isRetryable(lastErr):
 		keep = x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unavailable: %w", peer, lastErr), !replayable)
 	default:
@@ -523,7 +530,7 @@ func (e *Edge) sendStreamed(st Stream, head []byte, req *httpwire.Request) error
 		n, rerr := req.Body.Read(buf)
 		if n > 0 {
 			total += int64(n)
-			if total > e.lim.MaxRequestBytes {
+			if total > e.limits().MaxRequestBytes {
 				return errTooLarge
 			}
 			e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(n))
@@ -564,9 +571,9 @@ func (e *Edge) writeResponse(bw *bufio.Writer, sbr *bufio.Reader, req *httpwire.
 			chunked = true
 			h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 		default:
-			body, err = readAllLimit(sbr, e.lim.MaxResponseBytes)
+			body, err = readAllLimit(sbr, e.limits().MaxResponseBytes)
 			if errors.Is(err, errTooLarge) {
-				return false, fmt.Errorf("%w: an HTTP/1.0 client needs a Content-Length, and the response is over max_response_bytes (%d)", errResponseTooLarge, e.lim.MaxResponseBytes)
+				return false, fmt.Errorf("%w: an HTTP/1.0 client needs a Content-Length, and the response is over max_response_bytes (%d)", errResponseTooLarge, e.limits().MaxResponseBytes)
 			}
 			if err != nil {
 				return false, err

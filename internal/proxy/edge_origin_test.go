@@ -82,7 +82,7 @@ func TestEdgeOriginTransparency(t *testing.T) {
 
 	// Same client connection, same pooled upstream connection. The origin pools the
 	// connection only after the response left (see report), so wait for that first.
-	pool := env.origin.pools["up"]
+	pool := (*env.origin.pools.Load())["up"]
 	require.Eventually(t, func() bool {
 		pool.mu.Lock()
 		defer pool.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soapgw/soapgw/internal/envelope"
@@ -23,10 +24,11 @@ import (
 // response back.
 type Origin struct {
 	cfg   OriginConfig
-	lim   Limits
+	lim   Limits // as started; MaxConcurrentExchanges sizes inflight. The rest: limits()
 	m     *Metrics
 	log   *slog.Logger
-	pools map[string]*upstreamPool
+	pools atomic.Pointer[map[string]*upstreamPool] // by upstream name; swapped by Reconfigure
+	cur   atomic.Pointer[Limits]                   // swapped by Reconfigure
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 
@@ -59,32 +61,23 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 		log = slog.New(slog.DiscardHandler)
 	}
 	lim := cfg.Limits.withDefaults()
-	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), pools: map[string]*upstreamPool{}, inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
+	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
 		flushDelay: cfg.StreamFlushDelay}
 	if o.flushDelay <= 0 {
 		o.flushDelay = DefaultStreamFlushDelay
 	}
-	for _, u := range cfg.Upstreams {
-		if _, dup := o.pools[u.Name]; dup {
-			return nil, fmt.Errorf("proxy: duplicate upstream %q", u.Name)
-		}
-		if u.ConnectTimeout <= 0 {
-			u.ConnectTimeout = 5 * time.Second
-		}
-		if u.ResponseTimeout <= 0 {
-			u.ResponseTimeout = 30 * time.Second
-		}
-		if u.IdleTimeout <= 0 {
-			u.IdleTimeout = 60 * time.Second
-		}
-		o.pools[u.Name] = &upstreamPool{up: u, m: m}
+	pools, err := o.newPools(cfg.Upstreams, nil)
+	if err != nil {
+		return nil, err
 	}
+	o.pools.Store(&pools)
+	o.cur.Store(&lim)
 	return o, nil
 }
 
 // Close closes idle upstream connections.
 func (o *Origin) Close() {
-	for _, p := range o.pools {
+	for _, p := range *o.pools.Load() {
 		p.closeIdle()
 	}
 }
@@ -93,12 +86,12 @@ func (o *Origin) Close() {
 func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer st.Close()
 	start := time.Now()
-	_ = st.SetDeadline(start.Add(o.lim.ExchangeTimeout))
+	_ = st.SetDeadline(start.Add(o.limits().ExchangeTimeout))
 	sbr := readerPool.Get().(*bufio.Reader)
 	sbr.Reset(st)
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
-	head, err := readHead(sbr, o.lim.MaxHeaderBytes+4096)
+	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
 	var req *requestHead
 	if err == nil {
 		req, err = envelope.ParseRequest(head)
@@ -118,14 +111,14 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			Message: fmt.Sprintf("soapgw: origin %q overloaded: %d exchanges in flight", o.cfg.Node, o.lim.MaxConcurrentExchanges)}, nil)
 		return
 	}
-	pool := o.pools[req.Upstream]
+	pool := (*o.pools.Load())[req.Upstream]
 	if pool == nil {
 		o.fail(st, start, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
 			Message: fmt.Sprintf("soapgw: upstream %q is not configured at origin %q", req.Upstream, o.cfg.Node)}, nil)
 		return
 	}
 	up := pool.up
-	ctx, cancel := context.WithDeadline(ctx, start.Add(o.lim.ExchangeTimeout))
+	ctx, cancel := context.WithDeadline(ctx, start.Add(o.limits().ExchangeTimeout))
 	defer cancel()
 
 	uc, err := pool.get(ctx)
@@ -167,7 +160,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	_ = uc.conn.SetReadDeadline(time.Now().Add(up.ResponseTimeout))
 	var resp *httpwire.Response
 	for {
-		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.lim.MaxHeaderBytes})
+		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
 		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == 101 {
 			break
 		}
@@ -187,7 +180,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			ge = &gatewayError{Status: 504, Cause: causeTimeout,
-				Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.lim.ExchangeTimeout, up.Name)}
+				Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.limits().ExchangeTimeout, up.Name)}
 		} else if errors.Is(err, os.ErrDeadlineExceeded) {
 			ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
 				Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
@@ -202,7 +195,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	}
 	// The whole response must arrive within the exchange deadline; the per-read deadline
 	// above was for the head.
-	_ = uc.conn.SetReadDeadline(start.Add(o.lim.ExchangeTimeout))
+	_ = uc.conn.SetReadDeadline(start.Add(o.limits().ExchangeTimeout))
 	faultCode := ""
 	if resp.StatusCode >= 500 {
 		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
@@ -282,7 +275,7 @@ func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Rea
 	if req.ContentLength < 0 {
 		if up.HTTP10 || !up.Chunked {
 			// Legacy upstreams that cannot take chunked bodies get a Content-Length.
-			b, err := readAllLimit(body, o.lim.MaxRequestBytes)
+			b, err := readAllLimit(body, o.limits().MaxRequestBytes)
 			if err != nil {
 				return err
 			}
@@ -293,7 +286,7 @@ func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Rea
 			h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 		}
 	}
-	_ = uc.conn.SetWriteDeadline(time.Now().Add(o.lim.ExchangeTimeout))
+	_ = uc.conn.SetWriteDeadline(time.Now().Add(o.limits().ExchangeTimeout))
 	out := httpwire.AppendRequestHead(nil, req.Method, req.Target, minor, h)
 	if buffered != nil {
 		out = append(out, buffered...)
@@ -515,8 +508,9 @@ type upstreamPool struct {
 	up Upstream
 	m  *Metrics
 
-	mu   sync.Mutex
-	idle []*upstreamConn
+	mu      sync.Mutex
+	idle    []*upstreamConn
+	retired bool // replaced by Reconfigure: connections returned now are closed
 }
 
 type upstreamConn struct {
@@ -590,7 +584,7 @@ func (p *upstreamPool) put(uc *upstreamConn) {
 	uc.idleSince = time.Now()
 	_ = uc.conn.SetDeadline(time.Time{})
 	p.mu.Lock()
-	if len(p.idle) < p.up.PoolSize {
+	if !p.retired && len(p.idle) < p.up.PoolSize {
 		p.idle = append(p.idle, uc)
 		uc = nil
 	}
@@ -598,6 +592,15 @@ func (p *upstreamPool) put(uc *upstreamConn) {
 	if uc != nil {
 		_ = uc.conn.Close()
 	}
+}
+
+// retire closes the idle connections and makes the pool close, not keep, those that
+// exchanges still using them give back.
+func (p *upstreamPool) retire() {
+	p.mu.Lock()
+	p.retired = true
+	p.mu.Unlock()
+	p.closeIdle()
 }
 
 func (p *upstreamPool) closeIdle() {
