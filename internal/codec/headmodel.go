@@ -545,197 +545,251 @@ func nextStep(r, s string) (string, bool) {
 // decode reads a coded list of kind from p, returning the list, the reference index used
 // and the rest of p. maxBytes bounds the total size of the strings it produces.
 func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, ref int, rest []byte, err error) {
-	bad := func(what string) ([]string, int, []byte, error) {
-		return nil, 0, nil, fmt.Errorf("%w: token head: %s", ErrCorrupt, what)
+	d := headDecoder{p: p, maxBytes: maxBytes, fixed: fixedFields(kind)}
+	rb, err := d.readRef(m, kind)
+	if err != nil {
+		return nil, 0, nil, err
 	}
-	if len(p) < 1 {
-		return bad("missing reference")
+	if err := d.readCount(rb); err != nil {
+		return nil, 0, nil, err
 	}
-	rb := p[0]
-	p = p[1:]
-	ref = noRef
-	var rh *refHead
-	var refList []string
-	if rb != noRef {
-		if rb&^(refIndex|refSameCount|refPredicted) != 0 || rb&refSameCount != 0 && rb&refPredicted != 0 {
-			return bad(fmt.Sprintf("reference byte 0x%02x", rb))
-		}
-		ref = int(rb & refIndex)
-		refs := m.refs[kind]
-		if ref >= len(refs) {
-			return bad(fmt.Sprintf("reference %d of %d heads", ref, len(refs)))
-		}
-		rh = refs[ref]
-		refList = rh.val
-	}
-	var n uint64
-	if rb != noRef && rb&(refSameCount|refPredicted) != 0 {
-		n = uint64(len(refList))
-	} else {
-		var k int
-		n, k = binary.Uvarint(p)
-		if k <= 0 || n > maxHeadFields {
-			return bad("field count")
-		}
-		p = p[k:]
-	}
-	list = make([]string, 0, min(n, 64))
-	total := 0
-	fixed := fixedFields(kind)
-	lastDelta, haveDelta := int64(0), false
-	add := func(s string) bool {
-		total += len(s)
-		list = append(list, s)
-		return total <= maxBytes
-	}
-	// addPredicted appends the predicted values of the next run positions.
-	addPredicted := func(run int) error {
-		i := len(list)
-		if uint64(i+run) > n || i+run > len(refList) {
-			return fmt.Errorf("%w: token head: predicted run beyond the reference", ErrCorrupt)
-		}
-		for j := i; j < i+run; j++ {
-			s, ok := rh.predicted(list, j)
-			if !ok {
-				return fmt.Errorf("%w: token head: bad prediction link", ErrCorrupt)
-			}
-			if !add(s) {
-				return ErrTooLarge
-			}
-		}
-		return nil
-	}
+	d.list = make([]string, 0, min(d.n, 64))
 	if rb != noRef && rb&refPredicted != 0 {
-		if err := addPredicted(len(refList)); err != nil {
+		if err := d.addPredicted(len(d.refList)); err != nil {
 			return nil, 0, nil, err
 		}
-		return list, ref, p, nil
+		return d.list, d.ref, d.p, nil
 	}
-	for uint64(len(list)) < n {
-		if len(p) == 0 {
-			return bad("ops end early")
-		}
-		op := p[0]
-		p = p[1:]
-		i := len(list)
-		if op <= opSameMax {
-			run := int(op) + 1
-			if uint64(i+run) > n || i+run > len(refList) {
-				return bad("same-run beyond the reference")
-			}
-			for j := i; j < i+run; j++ {
-				if !add(refList[j]) {
-					return nil, 0, nil, ErrTooLarge
-				}
-			}
-			continue
-		}
-		if op >= opPredicted && op <= opPredMax {
-			if err := addPredicted(int(op-opPredicted) + 1); err != nil {
-				return nil, 0, nil, err
-			}
-			continue
-		}
-		if op >= opSkip {
-			if err := addPredicted(int(op>>3&7) + 1); err != nil {
-				return nil, 0, nil, err
-			}
-			op = opLiteral + op&7
-			if uint64(len(list)) >= n {
-				return bad("op beyond the count")
-			}
-		}
-		i = len(list)
-		var s string
-		switch op {
-		case opLiteral, opSensitive:
-			var ok bool
-			if s, p, ok = readStr(p); !ok {
-				return bad("literal")
-			}
-			if op == opSensitive && !(i > fixed && (i-fixed)%2 == 1 && sensitiveHeader(list[i-1])) {
-				return bad("sensitive op on a plain field")
-			}
-		case opDelta, opTailDelta, opDate, opSameDelta:
-			if i >= len(refList) {
-				return bad("delta beyond the reference")
-			}
-			var d int64
-			if op == opSameDelta {
-				if !haveDelta {
-					return bad("repeated delta without a delta")
-				}
-				d = lastDelta
-			} else {
-				var k int
-				if d, k = binary.Varint(p); k <= 0 {
-					return bad("delta")
-				}
-				p = p[k:]
-			}
-			var ok bool
-			switch op {
-			case opDelta, opSameDelta:
-				var a int64
-				if a, ok = decimal(refList[i]); ok {
-					s = strconv.FormatInt(a+d, 10)
-					lastDelta, haveDelta = d, true
-				}
-			case opDate:
-				var a int64
-				if a, ok = parseHTTPDate(refList[i]); ok && d > -1<<40 && d < 1<<40 {
-					s = time.Unix(a+d, 0).UTC().Format(httpDate)
-					// A date outside 4-digit years formats longer: refuse it, as the
-					// encoder could never have produced it.
-					if _, ok = parseHTTPDate(s); !ok {
-						return bad("date out of range")
-					}
-				} else {
-					ok = false
-				}
-			default:
-				var prefix string
-				var a int64
-				if prefix, a, ok = tailNumber(refList[i]); ok && a+d >= 0 {
-					s = prefix + strconv.FormatInt(a+d, 10)
-				} else {
-					ok = false
-				}
-			}
-			if !ok {
-				return bad("delta on a non-number")
-			}
-		case opEdit:
-			if i >= len(refList) {
-				return bad("edit beyond the reference")
-			}
-			r := refList[i]
-			pre, k1 := binary.Uvarint(p)
-			if k1 <= 0 {
-				return bad("edit prefix")
-			}
-			suf, k2 := binary.Uvarint(p[k1:])
-			if k2 <= 0 || pre > uint64(len(r)) || suf > uint64(len(r))-pre {
-				return bad("edit bounds")
-			}
-			var mid string
-			var ok bool
-			if mid, p, ok = readStr(p[k1+k2:]); !ok {
-				return bad("edit middle")
-			}
-			s = r[:pre] + mid + r[uint64(len(r))-suf:]
-		default:
-			return bad(fmt.Sprintf("op 0x%02x", op))
-		}
-		if !add(s) {
-			return nil, 0, nil, ErrTooLarge
+	for uint64(len(d.list)) < d.n {
+		if err := d.step(); err != nil {
+			return nil, 0, nil, err
 		}
 	}
-	return list, ref, p, nil
+	return d.list, d.ref, d.p, nil
 }
 
-// decimal parses s as a canonical decimal integer (what strconv.FormatInt writes), so
-// that the decoder reproduces the exact text.
+// headDecoder is the state of decoding one head: the bytes left, the reference head the
+// operations refer to, and the fields decoded so far.
+type headDecoder struct {
+	p        []byte
+	maxBytes int
+	fixed    int // fields before the header name/value pairs
+
+	ref     int
+	rh      *refHead
+	refList []string
+
+	n         uint64 // fields the head has
+	list      []string
+	total     int // bytes of list
+	lastDelta int64
+	haveDelta bool
+}
+
+func corruptHead(what string) error {
+	return fmt.Errorf("%w: token head: %s", ErrCorrupt, what)
+}
+
+// readRef reads the reference byte: which earlier head of this kind the operations refer
+// to (noRef: none), and whether the field count is the reference's.
+func (d *headDecoder) readRef(m *headModel, kind byte) (byte, error) {
+	if len(d.p) < 1 {
+		return 0, corruptHead("missing reference")
+	}
+	rb := d.p[0]
+	d.p = d.p[1:]
+	d.ref = noRef
+	if rb == noRef {
+		return rb, nil
+	}
+	if rb&^(refIndex|refSameCount|refPredicted) != 0 || rb&refSameCount != 0 && rb&refPredicted != 0 {
+		return 0, corruptHead(fmt.Sprintf("reference byte 0x%02x", rb))
+	}
+	d.ref = int(rb & refIndex)
+	refs := m.refs[kind]
+	if d.ref >= len(refs) {
+		return 0, corruptHead(fmt.Sprintf("reference %d of %d heads", d.ref, len(refs)))
+	}
+	d.rh = refs[d.ref]
+	d.refList = d.rh.val
+	return rb, nil
+}
+
+// readCount sets the number of fields: the reference's, or a uvarint.
+func (d *headDecoder) readCount(rb byte) error {
+	if rb != noRef && rb&(refSameCount|refPredicted) != 0 {
+		d.n = uint64(len(d.refList))
+		return nil
+	}
+	n, k := binary.Uvarint(d.p)
+	if k <= 0 || n > maxHeadFields {
+		return corruptHead("field count")
+	}
+	d.n, d.p = n, d.p[k:]
+	return nil
+}
+
+// add appends a decoded field; it fails once the head exceeds maxBytes.
+func (d *headDecoder) add(s string) error {
+	d.total += len(s)
+	d.list = append(d.list, s)
+	if d.total > d.maxBytes {
+		return ErrTooLarge
+	}
+	return nil
+}
+
+// addPredicted appends the predicted values of the next run positions.
+func (d *headDecoder) addPredicted(run int) error {
+	i := len(d.list)
+	if uint64(i+run) > d.n || i+run > len(d.refList) {
+		return corruptHead("predicted run beyond the reference")
+	}
+	for j := i; j < i+run; j++ {
+		s, ok := d.rh.predicted(d.list, j)
+		if !ok {
+			return corruptHead("bad prediction link")
+		}
+		if err := d.add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step decodes one operation: a run of fields equal to (or predicted from) the
+// reference, or one field as a literal, a numeric delta or an edit of the reference's.
+func (d *headDecoder) step() error {
+	if len(d.p) == 0 {
+		return corruptHead("ops end early")
+	}
+	op := d.p[0]
+	d.p = d.p[1:]
+	switch {
+	case op <= opSameMax:
+		return d.sameRun(int(op) + 1)
+	case op >= opPredicted && op <= opPredMax:
+		return d.addPredicted(int(op-opPredicted) + 1)
+	case op >= opSkip:
+		// A predicted run, then a literal-class op in the same byte.
+		if err := d.addPredicted(int(op>>3&7) + 1); err != nil {
+			return err
+		}
+		op = opLiteral + op&7
+		if uint64(len(d.list)) >= d.n {
+			return corruptHead("op beyond the count")
+		}
+	}
+	s, err := d.field(op)
+	if err != nil {
+		return err
+	}
+	return d.add(s)
+}
+
+// sameRun appends the reference's next run fields unchanged.
+func (d *headDecoder) sameRun(run int) error {
+	i := len(d.list)
+	if uint64(i+run) > d.n || i+run > len(d.refList) {
+		return corruptHead("same-run beyond the reference")
+	}
+	for j := i; j < i+run; j++ {
+		if err := d.add(d.refList[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// field decodes the value of the next field coded by op.
+func (d *headDecoder) field(op byte) (string, error) {
+	i := len(d.list)
+	switch op {
+	case opLiteral, opSensitive:
+		s, rest, ok := readStr(d.p)
+		if !ok {
+			return "", corruptHead("literal")
+		}
+		d.p = rest
+		if op == opSensitive && !(i > d.fixed && (i-d.fixed)%2 == 1 && sensitiveHeader(d.list[i-1])) {
+			return "", corruptHead("sensitive op on a plain field")
+		}
+		return s, nil
+	case opDelta, opTailDelta, opDate, opSameDelta:
+		return d.delta(op, i)
+	case opEdit:
+		return d.edit(i)
+	}
+	return "", corruptHead(fmt.Sprintf("op 0x%02x", op))
+}
+
+// delta decodes field i as a number, date or trailing number of the reference's field i
+// plus a signed difference (opSameDelta: the previous difference again).
+func (d *headDecoder) delta(op byte, i int) (string, error) {
+	if i >= len(d.refList) {
+		return "", corruptHead("delta beyond the reference")
+	}
+	var diff int64
+	if op == opSameDelta {
+		if !d.haveDelta {
+			return "", corruptHead("repeated delta without a delta")
+		}
+		diff = d.lastDelta
+	} else {
+		var k int
+		if diff, k = binary.Varint(d.p); k <= 0 {
+			return "", corruptHead("delta")
+		}
+		d.p = d.p[k:]
+	}
+	r := d.refList[i]
+	switch op {
+	case opDelta, opSameDelta:
+		if a, ok := decimal(r); ok {
+			d.lastDelta, d.haveDelta = diff, true
+			return strconv.FormatInt(a+diff, 10), nil
+		}
+	case opDate:
+		if a, ok := parseHTTPDate(r); ok && diff > -1<<40 && diff < 1<<40 {
+			s := time.Unix(a+diff, 0).UTC().Format(httpDate)
+			// A date outside 4-digit years formats longer: refuse it, as the encoder
+			// could never have produced it.
+			if _, ok := parseHTTPDate(s); !ok {
+				return "", corruptHead("date out of range")
+			}
+			return s, nil
+		}
+	default: // opTailDelta
+		if prefix, a, ok := tailNumber(r); ok && a+diff >= 0 {
+			return prefix + strconv.FormatInt(a+diff, 10), nil
+		}
+	}
+	return "", corruptHead("delta on a non-number")
+}
+
+// edit decodes field i as the reference's field i with its middle replaced: a kept
+// prefix and suffix length, then the new middle.
+func (d *headDecoder) edit(i int) (string, error) {
+	if i >= len(d.refList) {
+		return "", corruptHead("edit beyond the reference")
+	}
+	r := d.refList[i]
+	pre, k1 := binary.Uvarint(d.p)
+	if k1 <= 0 {
+		return "", corruptHead("edit prefix")
+	}
+	suf, k2 := binary.Uvarint(d.p[k1:])
+	if k2 <= 0 || pre > uint64(len(r)) || suf > uint64(len(r))-pre {
+		return "", corruptHead("edit bounds")
+	}
+	mid, rest, ok := readStr(d.p[k1+k2:])
+	if !ok {
+		return "", corruptHead("edit middle")
+	}
+	d.p = rest
+	return r[:pre] + mid + r[uint64(len(r))-suf:], nil
+}
+
 func decimal(s string) (int64, bool) {
 	if len(s) == 0 || len(s) > 18 {
 		return 0, false
