@@ -91,39 +91,20 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	sbr.Reset(st)
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
-	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
-	var req *requestHead
-	if err == nil {
-		req, err = envelope.ParseRequest(head)
-	}
-	if err != nil {
-		o.fail(st, start, "", "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err)
+	x, ge, err := o.admit(st, sbr)
+	if ge != nil {
+		o.fail(st, start, x.id(), x.upstreamName, x.op, ge, err)
 		return
 	}
-	// The operation name comes from the head or from what of the body is already here.
-	buffered, _ := sbr.Peek(sbr.Buffered())
-	op := operationOf(req.Header, buffered)
-	select {
-	case o.inflight <- struct{}{}:
-		defer func() { <-o.inflight }()
-	default:
-		o.fail(st, start, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 503, Cause: causeOverloaded,
-			Message: fmt.Sprintf("soapgw: origin %q overloaded: %d exchanges in flight", o.cfg.Node, o.lim.MaxConcurrentExchanges)}, nil)
-		return
-	}
-	pool := (*o.pools.Load())[req.Upstream]
-	if pool == nil {
-		o.fail(st, start, req.ExchangeID, req.Upstream, op, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
-			Message: fmt.Sprintf("soapgw: upstream %q is not configured at origin %q", req.Upstream, o.cfg.Node)}, nil)
-		return
-	}
-	up := pool.up
+	defer func() { <-o.inflight }()
+	x.start = start
 	ctx, cancel := context.WithDeadline(ctx, start.Add(o.limits().ExchangeTimeout))
 	defer cancel()
 
-	uc, err := pool.get(ctx)
+	uc, err := x.pool.get(ctx)
 	if err != nil {
-		o.fail(st, start, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamDown,
+		up := x.pool.up
+		o.fail(st, start, x.id(), up.Name, x.op, &gatewayError{Status: 502, Cause: causeUpstreamDown,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) unreachable: %v", up.Name, up.Address, unwrapOp(err))}, err)
 		return
 	}
@@ -141,24 +122,83 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	})
 	defer stopAbort()
 
+	resp, ok := o.callUpstream(ctx, st, x, uc, sbr)
+	if !ok {
+		return
+	}
+	if o.relayResponse(st, x, uc, resp, stopAbort) {
+		uc = nil // pooled or closed by relayResponse
+	}
+}
+
+// originExchange is one exchange at the origin, from the request head on.
+type originExchange struct {
+	req          *requestHead
+	op           string // SOAP operation, for metrics
+	upstreamName string // as the edge asked, for metrics and faults before pool is known
+	pool         *upstreamPool
+	start        time.Time
+}
+
+func (x *originExchange) id() string {
+	if x.req == nil {
+		return ""
+	}
+	return x.req.ExchangeID
+}
+
+// admit reads the request head from the tunnel, takes an in-flight slot and finds the
+// upstream's pool. On success the caller releases the slot; otherwise a gateway error
+// says why (with the exchange as far as it was read).
+func (o *Origin) admit(st Stream, sbr *bufio.Reader) (*originExchange, *gatewayError, error) {
+	x := &originExchange{}
+	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
+	if err == nil {
+		x.req, err = envelope.ParseRequest(head)
+	}
+	if err != nil {
+		return x, &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read the request from the tunnel: " + err.Error()}, err
+	}
+	x.upstreamName = x.req.Upstream
+	// The operation name comes from the head or from what of the body is already here.
+	buffered, _ := sbr.Peek(sbr.Buffered())
+	x.op = operationOf(x.req.Header, buffered)
+	select {
+	case o.inflight <- struct{}{}:
+	default:
+		return x, &gatewayError{Status: 503, Cause: causeOverloaded,
+			Message: fmt.Sprintf("soapgw: origin %q overloaded: %d exchanges in flight", o.cfg.Node, o.lim.MaxConcurrentExchanges)}, nil
+	}
+	if x.pool = (*o.pools.Load())[x.req.Upstream]; x.pool == nil {
+		<-o.inflight
+		return x, &gatewayError{Status: 502, Cause: causeUnknownUpstream,
+			Message: fmt.Sprintf("soapgw: upstream %q is not configured at origin %q", x.req.Upstream, o.cfg.Node)}, nil
+	}
+	return x, nil, nil
+}
+
+// callUpstream sends the request to the upstream and reads the final response head. When
+// it fails it has answered the edge (or logged why it could not) and reports !ok.
+func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, sbr *bufio.Reader) (resp *httpwire.Response, ok bool) {
+	req, up := x.req, x.pool.up
 	if err := o.sendRequest(uc, req, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
-			o.fail(st, start, req.ExchangeID, up.Name, op, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
-			return
+			o.fail(st, x.start, req.ExchangeID, up.Name, x.op, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
+			return nil, false
 		}
 		if !errors.Is(err, errUpstreamWrite) {
 			// The request did not arrive whole from the tunnel (edge reset it, checksum):
 			// the upstream got an incomplete request and the connection is dropped.
 			o.log.Warn("request from tunnel incomplete; upstream call aborted", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
 			o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
-			return
+			return nil, false
 		}
 		// The upstream may have answered early and closed (e.g. 413): try to read it.
 		o.log.Debug("upstream write failed; reading any early response", "exchange", req.ExchangeID, "err", err)
 	}
 
 	_ = uc.conn.SetReadDeadline(time.Now().Add(up.ResponseTimeout))
-	var resp *httpwire.Response
+	var err error
 	for {
 		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
 		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == 101 {
@@ -168,34 +208,49 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		// already told the client to continue.
 	}
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			// Not the upstream's fault: the exchange was aborted (its tunnel session
-			// died, the drain deadline passed) and its upstream call interrupted.
-			o.log.Warn("exchange aborted while waiting for the upstream", "exchange", req.ExchangeID, "upstream", up.Name, "err", context.Cause(ctx))
-			o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
-			o.m.exchange("origin", up.Name, op, 502, "gateway_error", time.Since(start))
-			return
-		}
-		ge := &gatewayError{Status: 502, Cause: causeUpstreamBad,
-			Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			ge = &gatewayError{Status: 504, Cause: causeTimeout,
-				Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.limits().ExchangeTimeout, up.Name)}
-		} else if errors.Is(err, os.ErrDeadlineExceeded) {
-			ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
-				Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
-		}
-		o.fail(st, start, req.ExchangeID, up.Name, op, ge, err)
-		return
+		o.upstreamFailed(ctx, st, x, err)
+		return nil, false
 	}
 	if resp.StatusCode == 101 {
-		o.fail(st, start, req.ExchangeID, up.Name, op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
+		o.fail(st, x.start, req.ExchangeID, up.Name, x.op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
 			Message: fmt.Sprintf("soapgw: upstream %q switched protocols, which a SOAP gateway cannot carry", up.Name)}, nil)
+		return nil, false
+	}
+	return resp, true
+}
+
+// upstreamFailed answers an exchange whose upstream gave no response head: a timeout, a
+// bad response, or an abort that is not the upstream's fault.
+func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchange, err error) {
+	req, up := x.req, x.pool.up
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// Not the upstream's fault: the exchange was aborted (its tunnel session
+		// died, the drain deadline passed) and its upstream call interrupted.
+		o.log.Warn("exchange aborted while waiting for the upstream", "exchange", req.ExchangeID, "upstream", up.Name, "err", context.Cause(ctx))
+		o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
+		o.m.exchange("origin", up.Name, x.op, 502, "gateway_error", time.Since(x.start))
 		return
 	}
+	ge := &gatewayError{Status: 502, Cause: causeUpstreamBad,
+		Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		ge = &gatewayError{Status: 504, Cause: causeTimeout,
+			Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.limits().ExchangeTimeout, up.Name)}
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
+			Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
+	}
+	o.fail(st, x.start, req.ExchangeID, up.Name, x.op, ge, err)
+}
+
+// relayResponse streams the upstream's response into the tunnel and records the
+// exchange. It reports whether it took care of uc (pooled or closed); stopAbort detaches
+// the abort hook, and fails if the abort already ran (then uc is not pooled).
+func (o *Origin) relayResponse(st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, stopAbort func() bool) (handled bool) {
+	req, up := x.req, x.pool.up
 	// The whole response must arrive within the exchange deadline; the per-read deadline
-	// above was for the head.
-	_ = uc.conn.SetReadDeadline(start.Add(o.limits().ExchangeTimeout))
+	// of callUpstream was for the head.
+	_ = uc.conn.SetReadDeadline(x.start.Add(o.limits().ExchangeTimeout))
 	faultCode := ""
 	if resp.StatusCode >= 500 {
 		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
@@ -207,24 +262,25 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		// The upstream's part is done: hand its connection back before the last frame
 		// goes out, so the next exchange (often already on its way) finds it idle.
 		if !resp.Close && up.PoolSize > 0 && stopAbort() {
-			pool.put(uc)
+			x.pool.put(uc)
 		} else {
 			_ = uc.conn.Close()
 		}
-		uc = nil
+		handled = true
 		err = st.CloseWrite()
 	}
 	if err != nil {
 		o.log.Warn("response not delivered whole; stream reset", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
 		o.m.gatewayErrors.WithLabelValues("origin", causeUpstreamBad).Inc()
-		o.m.exchange("origin", up.Name, op, resp.StatusCode, "gateway_error", time.Since(start))
-		return // st.Close resets the unfinished stream: the edge aborts the client
+		o.m.exchange("origin", up.Name, x.op, resp.StatusCode, "gateway_error", time.Since(x.start))
+		return handled // the caller's st.Close resets the unfinished stream: the edge aborts the client
 	}
 	if faultCode != "" {
 		o.m.fault("origin", up.Name, "server", faultCode)
 	}
-	o.m.exchange("origin", up.Name, op, resp.StatusCode, serverOutcome(resp.StatusCode, faultCode), time.Since(start))
-	o.log.Debug("exchange", "exchange", req.ExchangeID, "upstream", up.Name, "method", req.Method, "target", req.Target, "status", resp.StatusCode, "duration", time.Since(start))
+	o.m.exchange("origin", up.Name, x.op, resp.StatusCode, serverOutcome(resp.StatusCode, faultCode), time.Since(x.start))
+	o.log.Debug("exchange", "exchange", req.ExchangeID, "upstream", up.Name, "method", req.Method, "target", req.Target, "status", resp.StatusCode, "duration", time.Since(x.start))
+	return true
 }
 
 func (o *Origin) fail(st Stream, start time.Time, id, upstream, op string, ge *gatewayError, err error) {
