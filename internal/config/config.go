@@ -77,7 +77,7 @@ type Limits struct {
 	// status line plus headers). Default: 64KiB.
 	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
 	// ExchangeTimeout is the deadline for a whole exchange as the edge sees
-	// it, from the end of the request head to the end of the response.
+	// it, from the first byte of the request to the end of the response.
 	// Default: 60s.
 	ExchangeTimeout time.Duration `yaml:"exchange_timeout"`
 	// MaxConcurrentExchanges caps the exchanges in flight in this process.

@@ -55,9 +55,10 @@ var edgeDoc = []string{
 	"  peers:",              // 6
 	"    - name: dc1",       // 7
 	"      address: dc1:70", // 8
-	"  routes:",             // 9
-	"    - peer: dc1",       // 10
-	"      upstream: bill",  // 11
+	"      insecure: true",  // 9: a peer needs credentials; the credential tests use auth
+	"  routes:",             // 10
+	"    - peer: dc1",       // 11
+	"      upstream: bill",  // 12
 }
 
 // with returns base with line n (1-based) replaced by repl, which may hold
@@ -127,37 +128,37 @@ func TestParseDecodeErrors(t *testing.T) {
 		{
 			name: "bool expected",
 			yaml: doc(append(edgeDoc, "admin:", "  pprof: maybe")...),
-			want: []string{`x.yaml:13: admin.pprof: expected true or false, got "maybe"`},
+			want: []string{`x.yaml:14: admin.pprof: expected true or false, got "maybe"`},
 		},
 		{
 			name: "duration without unit",
 			yaml: doc(append(edgeDoc, "drain_timeout: 5")...),
-			want: []string{`x.yaml:12: drain_timeout: duration "5" has no unit: write e.g. "5s" or "5ms"`},
+			want: []string{`x.yaml:13: drain_timeout: duration "5" has no unit: write e.g. "5s" or "5ms"`},
 		},
 		{
 			name: "invalid duration",
 			yaml: doc(append(edgeDoc, "drain_timeout: soon")...),
-			want: []string{`x.yaml:12: drain_timeout: invalid duration "soon": want e.g. "500ms", "5s" or "1m30s"`},
+			want: []string{`x.yaml:13: drain_timeout: invalid duration "soon": want e.g. "500ms", "5s" or "1m30s"`},
 		},
 		{
 			name: "negative duration",
 			yaml: doc(append(edgeDoc, "limits:", "  idle_timeout: -5s")...),
-			want: []string{`x.yaml:13: limits.idle_timeout: must not be negative, got -5s`},
+			want: []string{`x.yaml:14: limits.idle_timeout: must not be negative, got -5s`},
 		},
 		{
 			name: "invalid size",
 			yaml: doc(append(edgeDoc, "limits:", "  max_request_bytes: 12XB")...),
-			want: []string{`x.yaml:13: limits.max_request_bytes: invalid size "12XB": unknown unit "XB" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)`},
+			want: []string{`x.yaml:14: limits.max_request_bytes: invalid size "12XB": unknown unit "XB" (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)`},
 		},
 		{
 			name: "negative size",
 			yaml: doc(append(edgeDoc, "limits:", "  max_request_bytes: -1")...),
-			want: []string{`x.yaml:13: limits.max_request_bytes: must not be negative, got -1`},
+			want: []string{`x.yaml:14: limits.max_request_bytes: must not be negative, got -1`},
 		},
 		{
 			name: "size as a list",
 			yaml: doc(append(edgeDoc, "limits:", "  max_request_bytes: [1]")...),
-			want: []string{`x.yaml:13: limits.max_request_bytes: expected a size such as "64KiB", got a list`},
+			want: []string{`x.yaml:14: limits.max_request_bytes: expected a size such as "64KiB", got a list`},
 		},
 		{
 			name: "duplicate key",
@@ -167,12 +168,12 @@ func TestParseDecodeErrors(t *testing.T) {
 		{
 			name: "duplicate section",
 			yaml: doc(append(edgeDoc, "edge:", "  peers: []")...),
-			want: []string{`x.yaml:12: edge: duplicate key (first set on line 2)`},
+			want: []string{`x.yaml:13: edge: duplicate key (first set on line 2)`},
 		},
 		{
 			name: "non-scalar key",
 			yaml: doc(append(edgeDoc, "? [a]", ": b")...),
-			want: []string{`x.yaml:12: expected a field name, got a list`},
+			want: []string{`x.yaml:13: expected a field name, got a list`},
 		},
 		{
 			name: "unset environment variable",
@@ -189,8 +190,8 @@ func TestParseDecodeErrors(t *testing.T) {
 			yaml: doc(append(with(edgeDoc, 8, "      address: dc1:70", "      codek: zstd"), "drain_timeout: 5", "bogus: 1")...),
 			want: []string{
 				`x.yaml:9: edge.peers[0].codek: unknown field (did you mean "codec"?)`,
-				`x.yaml:13: drain_timeout: duration "5" has no unit: write e.g. "5s" or "5ms"`,
-				`x.yaml:14: bogus: unknown field (known fields: node, admin, edge, origin, limits, codecs, drain_timeout)`,
+				`x.yaml:14: drain_timeout: duration "5" has no unit: write e.g. "5s" or "5ms"`,
+				`x.yaml:15: bogus: unknown field (known fields: node, admin, edge, origin, limits, codecs, drain_timeout)`,
 			},
 		},
 		{
@@ -214,7 +215,7 @@ func TestParseDecodeErrors(t *testing.T) {
 		{
 			name: "two documents",
 			yaml: doc(append(append([]string{}, edgeDoc...), "---", "node: other")...),
-			want: []string{`x.yaml:13: more than one YAML document; put the whole configuration in one`},
+			want: []string{`x.yaml:14: more than one YAML document; put the whole configuration in one`},
 		},
 		{
 			name: "empty file",
@@ -270,6 +271,7 @@ func TestParseEnvExpansion(t *testing.T) {
 		"      address: ${SOAPGW_TEST_ADDR}",
 		"      connections: ${SOAPGW_TEST_CONNS}",
 		"      dial_timeout: ${SOAPGW_TEST_UNSET:-2s}",
+		"      insecure: true",
 		"  routes:",
 		"    - peer: dc1",
 		"      upstream: bill",
@@ -289,8 +291,8 @@ func TestParseEnvExpansion(t *testing.T) {
 
 	// "$$" is an escaped dollar, which the name check then rejects; the
 	// error is on the line of the value.
-	_, err = Parse("x.yaml", doc(with(edgeDoc, 11, "      upstream: a$$b")...))
-	require.Equal(t, []string{`x.yaml:11: edge.routes[0].upstream: invalid upstream name "a$b": use only letters, digits, '.', '_' and '-'`}, errorStrings(t, err))
+	_, err = Parse("x.yaml", doc(with(edgeDoc, 12, "      upstream: a$$b")...))
+	require.Equal(t, []string{`x.yaml:12: edge.routes[0].upstream: invalid upstream name "a$b": use only letters, digits, '.', '_' and '-'`}, errorStrings(t, err))
 
 	// A value cannot inject YAML structure: it stays one string.
 	_, err = Parse("x.yaml", doc(with(edgeDoc, 1, "node: ${SOAPGW_TEST_TRICKY}")...))
@@ -305,10 +307,11 @@ func TestParseDefaults(t *testing.T) {
 	c, err := Parse("x.yaml", doc(
 		"edge:",
 		"  listeners: [{name: main, listen: ':8080'}]",
-		"  peers: [{name: dc1, address: 'dc1:7070'}]",
+		"  peers: [{name: dc1, address: 'dc1:7070', auth: {key_file: "+testKeyFile+"}}]",
 		"  routes: [{peer: dc1, upstream: bill}]",
 		"origin:",
 		"  listen: ':7070'",
+		"  auth: {key: '"+testKey+"'}",
 		"  upstreams:",
 		"    - {name: new, url: 'http://new'}",
 		"    - {name: old, url: 'http://old', http_version: 1.0}",
@@ -325,6 +328,7 @@ func TestParseDefaults(t *testing.T) {
 			Peers: []Peer{{
 				Name: "dc1", Address: "dc1:7070", Transport: "tcp", Connections: 2, Codec: "auto",
 				DialTimeout: 5 * time.Second, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second, RTOMin: 20 * time.Millisecond,
+				Auth: &Auth{KeyFile: testKeyFile},
 			}},
 			Routes: []Route{{PathPrefix: "/", Peer: "dc1", Upstream: "bill"}},
 		},
@@ -340,9 +344,13 @@ func TestParseDefaults(t *testing.T) {
 					ConnectTimeout: 5 * time.Second, ResponseTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, PoolSize: 64,
 				},
 			},
-			MaxConnections: 256,
-			Codec:          "auto",
-			RTOMin:         20 * time.Millisecond,
+			MaxConnections:         256,
+			Codec:                  "auto",
+			RTOMin:                 20 * time.Millisecond,
+			Auth:                   &Auth{Key: testKey},
+			HandshakeTimeout:       5 * time.Second,
+			MaxHandshakes:          256,
+			MaxHandshakesPerSource: 16,
 		},
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,
@@ -389,6 +397,7 @@ func TestParseAnchorsAndMergeKeys(t *testing.T) {
 		"    - &dc",
 		"      name: dc1",
 		"      address: dc1:7070",
+		"      insecure: true",
 		"      dial_timeout: 7s",
 		"      connections: 4",
 		"    - <<: *dc",
@@ -410,8 +419,8 @@ func TestParseMergeList(t *testing.T) {
 		"edge:",
 		"  listeners: [{name: main, listen: ':8080'}]",
 		"  peers:",
-		"    - &a {name: dc1, address: 'dc1:70', dial_timeout: 7s}",
-		"    - &b {name: dc2, address: 'dc2:70', dial_timeout: 3s, connections: 3}",
+		"    - &a {name: dc1, address: 'dc1:70', dial_timeout: 7s, insecure: true}",
+		"    - &b {name: dc2, address: 'dc2:70', dial_timeout: 3s, connections: 3, insecure: true}",
 		"    - <<: [*a, *b]",
 		"      name: dc3",
 		"  routes: [{peer: dc1, upstream: bill}]",
@@ -517,3 +526,9 @@ func TestEditDistance(t *testing.T) {
 		require.Equal(t, tt.want, editDistance(tt.a, tt.b), "%q %q", tt.a, tt.b)
 	}
 }
+
+// testKey is a valid tunnel key (the committed test key); testKeyFile holds it.
+const (
+	testKey     = "nKixSKzhh4RsndIJql94OdeHY7xbBsz6ke/Wy85ks/M="
+	testKeyFile = "../../testdata/example-tunnel.key"
+)

@@ -11,6 +11,7 @@ import (
 const examplesDir = "../../deploy/examples"
 
 func TestExamplesLoad(t *testing.T) {
+	exampleKey(t)
 	files, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
 	require.NoError(t, err)
 	names := make([]string, 0, len(files))
@@ -29,6 +30,7 @@ func TestExamplesLoad(t *testing.T) {
 }
 
 func TestExampleBothTunnelsToItself(t *testing.T) {
+	exampleKey(t)
 	c, err := Load(filepath.Join(examplesDir, "both.yaml"))
 	require.NoError(t, err)
 	require.NotNil(t, c.Edge)
@@ -38,6 +40,7 @@ func TestExampleBothTunnelsToItself(t *testing.T) {
 }
 
 func TestExamplesUseEnvDefaults(t *testing.T) {
+	exampleKey(t)
 	t.Setenv("SOAPGW_NODE", "from-env")
 	t.Setenv("INVENTORY_URL", "https://elsewhere:9443")
 	c, err := Load(filepath.Join(examplesDir, "origin.yaml"))
@@ -47,6 +50,7 @@ func TestExamplesUseEnvDefaults(t *testing.T) {
 }
 
 func TestMarshalRoundTrip(t *testing.T) {
+	exampleKey(t)
 	files, err := filepath.Glob(filepath.Join(examplesDir, "*.yaml"))
 	require.NoError(t, err)
 	inputs := map[string][]byte{
@@ -98,6 +102,10 @@ origin:
   max_connections: 256
   codec: auto
   rto_min: 20ms
+  insecure: true
+  handshake_timeout: 5s
+  max_handshakes: 256
+  max_handshakes_per_source: 16
 limits:
   max_request_bytes: 32MiB
   max_response_bytes: 64MiB
@@ -116,4 +124,10 @@ codecs:
 drain_timeout: 15s
 `
 	require.Equal(t, want, string(out))
+}
+
+// exampleKey points the examples' ${SOAPGW_KEY_FILE} at the committed test key, as a
+// deployment points it at its own.
+func exampleKey(t *testing.T) {
+	t.Setenv("SOAPGW_KEY_FILE", testKeyFile)
 }

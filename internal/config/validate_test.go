@@ -15,9 +15,10 @@ var originDoc = []string{
 	"node: gw",                    // 1
 	"origin:",                     // 2
 	`  listen: ":7070"`,           // 3
-	"  upstreams:",                // 4
-	"    - name: bill",            // 5
-	"      url: http://bill:8080", // 6
+	"  insecure: true",            // 4: an origin needs credentials; the credential tests use auth
+	"  upstreams:",                // 5
+	"    - name: bill",            // 6
+	"      url: http://bill:8080", // 7
 }
 
 func TestParseValidationErrors(t *testing.T) {
@@ -45,12 +46,12 @@ func TestParseValidationErrors(t *testing.T) {
 		{
 			name: "admin listen",
 			yaml: doc(append(edgeDoc, "admin:", "  listen: localhost")...),
-			want: []string{`x.yaml:13: admin.listen: missing port in address "localhost"`},
+			want: []string{`x.yaml:14: admin.listen: missing port in address "localhost"`},
 		},
 		{
 			name: "listen collision",
 			yaml: doc(append(edgeDoc, "admin:", `  listen: ":8080"`)...),
-			want: []string{`x.yaml:13: admin.listen: address ":8080" is already used by edge.listeners[0].listen`},
+			want: []string{`x.yaml:14: admin.listen: address ":8080" is already used by edge.listeners[0].listen`},
 		},
 		{
 			name: "listen collision between edge listeners",
@@ -60,7 +61,7 @@ func TestParseValidationErrors(t *testing.T) {
 		{
 			name: "negative drain timeout from a quoted string",
 			yaml: doc(append(edgeDoc, `drain_timeout: "-1s"`)...),
-			want: []string{`x.yaml:12: drain_timeout: must not be negative, got -1s`},
+			want: []string{`x.yaml:13: drain_timeout: must not be negative, got -1s`},
 		},
 		// Limits.
 		{
@@ -75,12 +76,12 @@ func TestParseValidationErrors(t *testing.T) {
 				"  idle_timeout: 0s",            // 18
 			)...),
 			want: []string{
-				"x.yaml:13: limits.max_request_bytes: must be greater than 0, got 0",
-				"x.yaml:14: limits.max_response_bytes: must be greater than 0, got 0",
-				"x.yaml:15: limits.max_header_bytes: must be greater than 0, got 0",
-				"x.yaml:16: limits.exchange_timeout: must be greater than 0",
-				"x.yaml:17: limits.max_concurrent_exchanges: must be at least 1, got 0",
-				"x.yaml:18: limits.idle_timeout: must be greater than 0",
+				"x.yaml:14: limits.max_request_bytes: must be greater than 0, got 0",
+				"x.yaml:15: limits.max_response_bytes: must be greater than 0, got 0",
+				"x.yaml:16: limits.max_header_bytes: must be greater than 0, got 0",
+				"x.yaml:17: limits.exchange_timeout: must be greater than 0",
+				"x.yaml:18: limits.max_concurrent_exchanges: must be at least 1, got 0",
+				"x.yaml:19: limits.idle_timeout: must be greater than 0",
 			},
 		},
 		// Edge listeners.
@@ -145,8 +146,8 @@ func TestParseValidationErrors(t *testing.T) {
 		},
 		{
 			name: "duplicate peer",
-			yaml: doc(with(edgeDoc, 8, "      address: dc1:70", "    - name: dc1", "      address: dc2:70")...),
-			want: []string{`x.yaml:9: edge.peers[1].name: duplicate name "dc1" (also used by edge.peers[0])`},
+			yaml: doc(with(edgeDoc, 8, "      address: dc1:70", "      insecure: true", "    - name: dc1", "      address: dc2:70")...),
+			want: []string{`x.yaml:10: edge.peers[1].name: duplicate name "dc1" (also used by edge.peers[0])`},
 		},
 		{
 			name: "codec settings out of range",
@@ -161,13 +162,13 @@ func TestParseValidationErrors(t *testing.T) {
 				"  retention: 1MiB",           // 20
 			)...),
 			want: []string{
-				`x.yaml:13: edge.routes[1].codec: unknown codec "brotli" (allowed: identity, gzip, zstd, zstd-stream, token, auto)`,
-				"x.yaml:15: codecs.gzip_level: must be from 1 to 9, got 0",
-				"x.yaml:16: codecs.zstd_level: must be from 1 to 22, got 23",
-				`x.yaml:17: codecs.zstd_dictionary: unknown zstd dictionary "mine" (allowed: builtin, none)`,
-				"x.yaml:18: codecs.token_dictionary: must be from 4KiB to 64MiB, got 1024 bytes",
-				"x.yaml:19: codecs.max_coded_message: must be from 1KiB to 64MiB, got 134217728 bytes",
-				"x.yaml:20: codecs.retention: must be at least codecs.max_coded_message (134217728 bytes), got 1048576",
+				`x.yaml:14: edge.routes[1].codec: unknown codec "brotli" (allowed: identity, gzip, zstd, zstd-stream, token, auto)`,
+				"x.yaml:16: codecs.gzip_level: must be from 1 to 9, got 0",
+				"x.yaml:17: codecs.zstd_level: must be from 1 to 22, got 23",
+				`x.yaml:18: codecs.zstd_dictionary: unknown zstd dictionary "mine" (allowed: builtin, none)`,
+				"x.yaml:19: codecs.token_dictionary: must be from 4KiB to 64MiB, got 1024 bytes",
+				"x.yaml:20: codecs.max_coded_message: must be from 1KiB to 64MiB, got 134217728 bytes",
+				"x.yaml:21: codecs.retention: must be at least codecs.max_coded_message (134217728 bytes), got 1048576",
 			},
 		},
 		{
@@ -200,34 +201,34 @@ func TestParseValidationErrors(t *testing.T) {
 		// Edge routes.
 		{
 			name: "route names unknown peer and listener",
-			yaml: doc(with(edgeDoc, 10, "    - peer: dc2", "      listener: side")...),
+			yaml: doc(with(edgeDoc, 11, "    - peer: dc2", "      listener: side")...),
 			want: []string{
-				`x.yaml:10: edge.routes[0].peer: no peer named "dc2" in edge.peers`,
-				`x.yaml:11: edge.routes[0].listener: no listener named "side" in edge.listeners`,
+				`x.yaml:11: edge.routes[0].peer: no peer named "dc2" in edge.peers`,
+				`x.yaml:12: edge.routes[0].listener: no listener named "side" in edge.listeners`,
 			},
 		},
 		{
 			name: "route missing peer and upstream",
-			yaml: doc(with(edgeDoc, 10, "    - path_prefix: /a")[:10]...),
+			yaml: doc(with(edgeDoc, 11, "    - path_prefix: /a")[:11]...),
 			want: []string{
-				"x.yaml:10: edge.routes[0].peer: missing required field",
-				"x.yaml:10: edge.routes[0].upstream: missing required field",
+				"x.yaml:11: edge.routes[0].peer: missing required field",
+				"x.yaml:11: edge.routes[0].upstream: missing required field",
 			},
 		},
 		{
 			name: "route path prefix",
 			yaml: doc(append(edgeDoc, "      path_prefix: billing")...),
-			want: []string{`x.yaml:12: edge.routes[0].path_prefix: must start with "/", got "billing"`},
+			want: []string{`x.yaml:13: edge.routes[0].path_prefix: must start with "/", got "billing"`},
 		},
 		{
 			name: "route upstream name",
-			yaml: doc(with(edgeDoc, 11, "      upstream: a b")...),
-			want: []string{`x.yaml:11: edge.routes[0].upstream: invalid upstream name "a b": use only letters, digits, '.', '_' and '-'`},
+			yaml: doc(with(edgeDoc, 12, "      upstream: a b")...),
+			want: []string{`x.yaml:12: edge.routes[0].upstream: invalid upstream name "a b": use only letters, digits, '.', '_' and '-'`},
 		},
 		{
 			name: "duplicate route",
 			yaml: doc(append(edgeDoc, "      host: A.example", "    - peer: dc1", "      upstream: other", "      host: a.example")...),
-			want: []string{"x.yaml:13: edge.routes[1]: matches the same requests as edge.routes[0] (same listener, host and path_prefix), so it is never used"},
+			want: []string{"x.yaml:14: edge.routes[1]: matches the same requests as edge.routes[0] (same listener, host and path_prefix), so it is never used"},
 		},
 		{
 			name: "route hosts",
@@ -242,11 +243,11 @@ func TestParseValidationErrors(t *testing.T) {
 				"    - {peer: dc1, upstream: b, host: 'A.b:8080'}", // 19: valid
 			)...),
 			want: []string{
-				`x.yaml:12: edge.routes[0].host: invalid host "http://a": want a host name, optionally with :port`,
-				`x.yaml:13: edge.routes[1].host: invalid host "a:b:c": write IPv6 addresses in brackets, e.g. "[::1]:8080"`,
-				`x.yaml:14: edge.routes[2].host: invalid host "[::1": unbalanced brackets`,
-				`x.yaml:15: edge.routes[3].host: port "99999" must be a number from 1 to 65535`,
-				`x.yaml:16: edge.routes[4].host: invalid host ":80": empty host name`,
+				`x.yaml:13: edge.routes[0].host: invalid host "http://a": want a host name, optionally with :port`,
+				`x.yaml:14: edge.routes[1].host: invalid host "a:b:c": write IPv6 addresses in brackets, e.g. "[::1]:8080"`,
+				`x.yaml:15: edge.routes[2].host: invalid host "[::1": unbalanced brackets`,
+				`x.yaml:16: edge.routes[3].host: port "99999" must be a number from 1 to 65535`,
+				`x.yaml:17: edge.routes[4].host: invalid host ":80": empty host name`,
 			},
 		},
 		// Origin.
@@ -256,22 +257,23 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{
 				"x.yaml:1: origin.listen: missing required field",
 				"x.yaml:1: origin.upstreams: at least one upstream is required",
+				"x.yaml:1: origin: no way to authenticate edges: add auth (a shared key: `soapgw keygen`), tls with ca_file (mutual TLS), or insecure: true (plaintext, anyone who reaches  can call every upstream)",
 				"x.yaml:2: origin.max_connections: must be at least 1, got 0",
 			},
 		},
 		{
 			name: "missing url points at the list item",
-			yaml: doc(originDoc[:5]...),
-			want: []string{"x.yaml:5: origin.upstreams[0].url: missing required field"},
+			yaml: doc(originDoc[:6]...),
+			want: []string{"x.yaml:6: origin.upstreams[0].url: missing required field"},
 		},
 		{
 			name: "duplicate upstream",
 			yaml: doc(append(originDoc, "    - name: bill", "      url: http://b")...),
-			want: []string{`x.yaml:7: origin.upstreams[1].name: duplicate name "bill" (also used by origin.upstreams[0])`},
+			want: []string{`x.yaml:8: origin.upstreams[1].name: duplicate name "bill" (also used by origin.upstreams[0])`},
 		},
 		{
 			name: "bad urls",
-			yaml: doc(append(slices.Clone(originDoc[:4]),
+			yaml: doc(append(slices.Clone(originDoc[:5]),
 				"    - {name: a, url: 'ftp://a'}",         // 5
 				"    - {name: b, url: 'http://b/svc'}",    // 6
 				"    - {name: c, url: 'http://u:p@c'}",    // 7
@@ -286,17 +288,17 @@ func TestParseValidationErrors(t *testing.T) {
 				"    - {name: l, url: 'http:l'}",          // 16
 			)...),
 			want: []string{
-				`x.yaml:5: origin.upstreams[0].url: URL "ftp://a" must start with http:// or https://`,
-				`x.yaml:6: origin.upstreams[1].url: URL "http://b/svc" must not have a path: the client's request path is forwarded unchanged`,
-				`x.yaml:7: origin.upstreams[2].url: URL "http://u:p@c" must not contain user info`,
-				`x.yaml:8: origin.upstreams[3].url: URL "http://d?x=1" must not have a query`,
-				`x.yaml:9: origin.upstreams[4].url: URL "http://e#f" must not have a fragment`,
-				`x.yaml:10: origin.upstreams[5].url: URL "http://" has no host`,
-				`x.yaml:11: origin.upstreams[6].url: port "0" must be a number from 1 to 65535`,
-				`x.yaml:12: origin.upstreams[7].url: URL "bill:8080" must start with http:// or https://`,
-				`x.yaml:13: origin.upstreams[8].url: invalid URL "http://[::1": missing ']' in host`,
-				`x.yaml:15: origin.upstreams[10].url: port "" must be a number from 1 to 65535`,
-				`x.yaml:16: origin.upstreams[11].url: URL "http:l" has no host`,
+				`x.yaml:6: origin.upstreams[0].url: URL "ftp://a" must start with http:// or https://`,
+				`x.yaml:7: origin.upstreams[1].url: URL "http://b/svc" must not have a path: the client's request path is forwarded unchanged`,
+				`x.yaml:8: origin.upstreams[2].url: URL "http://u:p@c" must not contain user info`,
+				`x.yaml:9: origin.upstreams[3].url: URL "http://d?x=1" must not have a query`,
+				`x.yaml:10: origin.upstreams[4].url: URL "http://e#f" must not have a fragment`,
+				`x.yaml:11: origin.upstreams[5].url: URL "http://" has no host`,
+				`x.yaml:12: origin.upstreams[6].url: port "0" must be a number from 1 to 65535`,
+				`x.yaml:13: origin.upstreams[7].url: URL "bill:8080" must start with http:// or https://`,
+				`x.yaml:14: origin.upstreams[8].url: invalid URL "http://[::1": missing ']' in host`,
+				`x.yaml:16: origin.upstreams[10].url: port "" must be a number from 1 to 65535`,
+				`x.yaml:17: origin.upstreams[11].url: URL "http:l" has no host`,
 			},
 		},
 		{
@@ -311,31 +313,31 @@ func TestParseValidationErrors(t *testing.T) {
 				"      insecure_skip_verify: true", // 13
 			)...),
 			want: []string{
-				`x.yaml:7: origin.upstreams[0].http_version: unknown http_version "2" (allowed: 1.1, 1.0)`,
-				`x.yaml:8: origin.upstreams[0].host_header: unknown host_header "rewrite" (allowed: preserve, upstream)`,
-				"x.yaml:9: origin.upstreams[0].connect_timeout: must be greater than 0",
-				"x.yaml:10: origin.upstreams[0].response_timeout: must be greater than 0",
-				"x.yaml:11: origin.upstreams[0].idle_timeout: must be greater than 0",
-				"x.yaml:12: origin.upstreams[0].pool_size: must not be negative, got -1",
-				"x.yaml:13: origin.upstreams[0].insecure_skip_verify: only applies to https URLs",
+				`x.yaml:8: origin.upstreams[0].http_version: unknown http_version "2" (allowed: 1.1, 1.0)`,
+				`x.yaml:9: origin.upstreams[0].host_header: unknown host_header "rewrite" (allowed: preserve, upstream)`,
+				"x.yaml:10: origin.upstreams[0].connect_timeout: must be greater than 0",
+				"x.yaml:11: origin.upstreams[0].response_timeout: must be greater than 0",
+				"x.yaml:12: origin.upstreams[0].idle_timeout: must be greater than 0",
+				"x.yaml:13: origin.upstreams[0].pool_size: must not be negative, got -1",
+				"x.yaml:14: origin.upstreams[0].insecure_skip_verify: only applies to https URLs",
 			},
 		},
 		{
 			name: "chunked with HTTP/1.0",
 			yaml: doc(append(originDoc, "      http_version: 1.0", "      chunked: true")...),
-			want: []string{`x.yaml:8: origin.upstreams[0].chunked: must be false when http_version is "1.0": HTTP/1.0 has no chunked encoding`},
+			want: []string{`x.yaml:9: origin.upstreams[0].chunked: must be false when http_version is "1.0": HTTP/1.0 has no chunked encoding`},
 		},
 		{
 			name: "origin listen collides with edge listener",
-			yaml: doc(append(edgeDoc, "origin:", `  listen: ":8080"`, "  upstreams: [{name: bill, url: 'http://b'}]")...),
-			want: []string{`x.yaml:13: origin.listen: address ":8080" is already used by edge.listeners[0].listen`},
+			yaml: doc(append(edgeDoc, "origin:", `  listen: ":8080"`, "  insecure: true", "  upstreams: [{name: bill, url: 'http://b'}]")...),
+			want: []string{`x.yaml:14: origin.listen: address ":8080" is already used by edge.listeners[0].listen`},
 		},
 		{
 			name: "errors of both roles sorted by line",
-			yaml: doc(append(with(edgeDoc, 8, "      address: dc1"), "origin:", "  listen: bad", "  upstreams: [{name: b, url: 'http://b'}]")...),
+			yaml: doc(append(with(edgeDoc, 8, "      address: dc1"), "origin:", "  listen: bad", "  insecure: true", "  upstreams: [{name: b, url: 'http://b'}]")...),
 			want: []string{
 				`x.yaml:8: edge.peers[0].address: missing port in address "dc1"`,
-				`x.yaml:13: origin.listen: missing port in address "bad"`,
+				`x.yaml:14: origin.listen: missing port in address "bad"`,
 			},
 		},
 	}
@@ -358,8 +360,8 @@ func TestParseValidConfigs(t *testing.T) {
 		{"drain timeout zero", doc(append(edgeDoc, "drain_timeout: 0s")...)},
 		{"drain timeout bare zero", doc(append(edgeDoc, "drain_timeout: 0")...)},
 		{"pool size zero", doc(append(originDoc, "      pool_size: 0")...)},
-		{"https insecure", doc(append(slices.Clone(originDoc[:5]), "      url: https://b", "      insecure_skip_verify: true")...)},
-		{"ipv6 upstream", doc(append(slices.Clone(originDoc[:5]), "      url: http://[::1]:8080")...)},
+		{"https insecure", doc(append(slices.Clone(originDoc[:6]), "      url: https://b", "      insecure_skip_verify: true")...)},
+		{"ipv6 upstream", doc(append(slices.Clone(originDoc[:6]), "      url: http://[::1]:8080")...)},
 		{"http 1.0 explicit chunked false", doc(append(originDoc, "      http_version: '1.0'", "      chunked: false")...)},
 		{"routes differing by listener", doc(append(edgeDoc, "      listener: main", "    - {peer: dc1, upstream: x}")...)},
 	}
@@ -376,10 +378,11 @@ func TestValidateWithoutPositions(t *testing.T) {
 	c.Node = "gw"
 	require.EqualError(t, c.Validate(), "no role configured: add an edge section, an origin section, or both")
 
-	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Codec: "auto", RTOMin: DefaultRTOMin, Upstreams: []Upstream{{
-		Name: "a", URL: "http://a", HTTPVersion: HTTP10, HostHeader: HostHeaderPreserve,
-		ConnectTimeout: time.Second, ResponseTimeout: time.Second, IdleTimeout: time.Second,
-	}}}
+	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Codec: "auto", RTOMin: DefaultRTOMin, Insecure: true,
+		HandshakeTimeout: time.Second, MaxHandshakes: 1, MaxHandshakesPerSource: 1, Upstreams: []Upstream{{
+			Name: "a", URL: "http://a", HTTPVersion: HTTP10, HostHeader: HostHeaderPreserve,
+			ConnectTimeout: time.Second, ResponseTimeout: time.Second, IdleTimeout: time.Second,
+		}}}
 	require.NoError(t, c.Validate(), "a nil Chunked means the default for the HTTP version")
 
 	c.Origin.Upstreams[0].URL = ""
@@ -433,6 +436,7 @@ func TestTLSValidation(t *testing.T) {
 			"origin:",
 			"  listen: ':7070'",
 			"  upstreams: [{name: bill, url: 'http://b'}]",
+			"  auth: {key: '" + testKey + "'}",
 			"  tls:",
 		}, tls...)...)
 	}
@@ -440,13 +444,13 @@ func TestTLSValidation(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = Parse("x.yaml", origin("    ca_file: "+cert))
-	require.EqualError(t, err, "x.yaml:5: origin.tls.cert_file: required when the origin speaks TLS")
+	require.EqualError(t, err, "x.yaml:6: origin.tls.cert_file: required when the origin speaks TLS")
 
 	_, err = Parse("x.yaml", origin("    cert_file: "+cert))
-	require.EqualError(t, err, "x.yaml:5: origin.tls.key_file: required with cert_file")
+	require.EqualError(t, err, "x.yaml:6: origin.tls.key_file: required with cert_file")
 
 	_, err = Parse("x.yaml", origin("    cert_file: "+cert, "    key_file: /nonexistent/k.pem"))
-	require.ErrorContains(t, err, `x.yaml:7: origin.tls.key_file: cannot read "/nonexistent/k.pem": no such file or directory`)
+	require.ErrorContains(t, err, `x.yaml:8: origin.tls.key_file: cannot read "/nonexistent/k.pem": no such file or directory`)
 
 	_, err = Parse("x.yaml", origin("    cert_file: "+cert, "    key_file: "+cert, "    server_name: x"))
 	require.ErrorContains(t, err, "origin.tls.server_name: only an edge peer names the server it expects")
@@ -459,6 +463,7 @@ func TestTLSValidation(t *testing.T) {
 		"    - name: dc1",
 		"      address: dc1:7070",
 		"      tls: {ca_file: "+cert+", server_name: origin.example}",
+		"      auth: {key: '"+testKey+"'}",
 		"  routes: [{peer: dc1, upstream: bill}]",
 	))
 	require.NoError(t, err)
