@@ -30,6 +30,7 @@ type composeFile struct {
 	Name     string                     `yaml:"name"`
 	XSoapgw  yaml.Node                  `yaml:"x-soapgw"`
 	Services map[string]*composeService `yaml:"services"`
+	Volumes  map[string]struct{}        `yaml:"volumes"` // named volumes, default options only
 }
 
 type composeService struct {
@@ -44,12 +45,55 @@ type composeService struct {
 	Volumes         []string          `yaml:"volumes"`
 	Ports           []string          `yaml:"ports"`
 	Expose          []string          `yaml:"expose"`
-	DependsOn       []string          `yaml:"depends_on"`
+	DependsOn       composeDeps       `yaml:"depends_on"`
 	Restart         string            `yaml:"restart"`
 	ReadOnly        bool              `yaml:"read_only"`
 	CapDrop         []string          `yaml:"cap_drop"`
 	SecurityOpt     []string          `yaml:"security_opt"`
 	StopGracePeriod string            `yaml:"stop_grace_period"`
+}
+
+// composeDeps is depends_on in either of its forms: a list of services, or a map of
+// service to {condition: ...}; it holds the service names, with their conditions.
+type composeDeps []string
+
+// conditions maps each dependency to its condition (service_started for the list form).
+var composeConditions = map[*composeDeps]map[string]string{}
+
+func (d *composeDeps) UnmarshalYAML(n *yaml.Node) error {
+	conds := map[string]string{}
+	switch n.Kind {
+	case yaml.SequenceNode:
+		var names []string
+		if err := n.Decode(&names); err != nil {
+			return err
+		}
+		for _, s := range names {
+			conds[s] = "service_started"
+		}
+	case yaml.MappingNode:
+		var m map[string]struct {
+			Condition string `yaml:"condition"`
+		}
+		if err := n.Decode(&m); err != nil {
+			return err
+		}
+		for s, c := range m {
+			if c.Condition != "service_started" && c.Condition != "service_healthy" && c.Condition != "service_completed_successfully" {
+				return fmt.Errorf("line %d: depends_on %s: unknown condition %q", n.Line, s, c.Condition)
+			}
+			conds[s] = c.Condition
+		}
+	default:
+		return fmt.Errorf("line %d: depends_on: want a list or a map", n.Line)
+	}
+	*d = (*d)[:0]
+	for s := range conds {
+		*d = append(*d, s)
+	}
+	slices.Sort(*d)
+	composeConditions[d] = conds
+	return nil
 }
 
 func decodeYAMLStrict(data []byte, v any) error {
@@ -70,10 +114,36 @@ type composeMount struct {
 	src, dst string // src relative to deploy/
 }
 
+// namedMount is a named volume mounted in a container.
+type namedMount struct {
+	volume, dst string
+	readOnly    bool
+}
+
+// namedMounts returns the service's named-volume mounts (VOLUME:/dst[:ro]).
+func (s *composeService) namedMounts(t *testing.T, name string, volumes map[string]struct{}) []namedMount {
+	t.Helper()
+	var ms []namedMount
+	for _, v := range s.Volumes {
+		if strings.HasPrefix(v, "./") {
+			continue
+		}
+		f := strings.Split(v, ":")
+		require.Contains(t, []int{2, 3}, len(f), "service %s: volume %q: want NAME:/dst[:ro]", name, v)
+		require.Contains(t, volumes, f[0], "service %s: volume %q: no top-level volume %s", name, v, f[0])
+		require.True(t, path.IsAbs(f[1]), "service %s: volume %q", name, v)
+		ms = append(ms, namedMount{volume: f[0], dst: f[1], readOnly: len(f) == 3 && f[2] == "ro"})
+	}
+	return ms
+}
+
 func (s *composeService) mounts(t *testing.T, name string) []composeMount {
 	t.Helper()
 	var ms []composeMount
 	for _, v := range s.Volumes {
+		if !strings.HasPrefix(v, "./") {
+			continue // a named volume: namedMounts
+		}
 		f := strings.Split(v, ":")
 		require.Len(t, f, 3, "service %s: volume %q: want ./src:/dst:ro", name, v)
 		require.Equal(t, "ro", f[2], "service %s: volume %q must be read-only", name, v)
@@ -180,7 +250,7 @@ func TestDockerCompose(t *testing.T) {
 	var cf composeFile
 	decodeYAMLFile(t, "docker-compose.yml", &cf)
 	require.Equal(t, "soapgw-demo", cf.Name)
-	require.ElementsMatch(t, []string{"soap-server", "origin", "edge", "load", "prometheus", "grafana"}, keys(cf.Services))
+	require.ElementsMatch(t, []string{"keygen", "soap-server", "origin", "edge", "load", "prometheus", "grafana"}, keys(cf.Services))
 
 	hostPorts := map[string]string{}
 	mounts := map[string][]composeMount{}
@@ -234,6 +304,8 @@ func TestDockerCompose(t *testing.T) {
 			listens[name][port(t, l)] = true
 		case "example-load":
 			// Checked below, against the edge.
+		case "keygen":
+			// Checked below, against the gateways' key files.
 		default:
 			t.Fatalf("service %s: unexpected soapgw command %q", name, s.Command[0])
 		}
@@ -242,6 +314,7 @@ func TestDockerCompose(t *testing.T) {
 		}
 	}
 	requireAcyclic(t, cf.Services)
+	checkComposeKey(t, &cf, cfgs)
 
 	// reaches checks that host:port names a service listening on that port.
 	reaches := func(from, what, host string, p int) {
@@ -448,4 +521,58 @@ func keys[V any](m map[string]V) []string {
 		ks = append(ks, k)
 	}
 	return ks
+}
+
+// checkComposeKey: the tunnel is authenticated as a deployment's must be. The keygen
+// service writes the key into a named volume (keeping an existing one), every gateway
+// reads its key from that volume read-only, and starts only after keygen succeeded.
+func checkComposeKey(t *testing.T, cf *composeFile, cfgs map[string]*config.Config) {
+	t.Helper()
+	kg := cf.Services["keygen"]
+	require.NotNil(t, kg, "service keygen")
+	out, ok := flagValue(kg.Command, "out")
+	require.True(t, ok, "keygen --out")
+	require.Contains(t, kg.Command, "--keep-existing", "keygen must not replace the key on every up")
+	require.Equal(t, "no", kg.Restart, "keygen is a one-shot")
+	var keyVol string
+	for _, m := range kg.namedMounts(t, "keygen", cf.Volumes) {
+		if strings.HasPrefix(out, m.dst+"/") {
+			require.False(t, m.readOnly, "keygen writes the key")
+			keyVol = m.volume
+		}
+	}
+	require.NotEmpty(t, keyVol, "keygen --out %s is not on a named volume", out)
+	for name, cfg := range cfgs {
+		var keyFiles []string
+		if cfg.Origin != nil {
+			require.False(t, cfg.Origin.Insecure, "service %s: insecure origin", name)
+			require.NotNil(t, cfg.Origin.Auth, "service %s: origin without auth", name)
+			keyFiles = append(keyFiles, cfg.Origin.Auth.KeyFile)
+		}
+		if cfg.Edge != nil {
+			for _, p := range cfg.Edge.Peers {
+				require.False(t, p.Insecure, "service %s: insecure peer %s", name, p.Name)
+				require.NotNil(t, p.Auth, "service %s: peer %s without auth", name, p.Name)
+				keyFiles = append(keyFiles, p.Auth.KeyFile)
+			}
+		}
+		s := cf.Services[name]
+		for _, kf := range keyFiles {
+			// The tests point ${SOAPGW_KEY_FILE} at the test key; the file's default is
+			// what the container reads.
+			require.Equal(t, "../testdata/example-tunnel.key", kf)
+		}
+		raw, err := os.ReadFile(filepath.Join("compose", name+".yaml"))
+		require.NoError(t, err)
+		require.Contains(t, string(raw), "${SOAPGW_KEY_FILE:-"+out+"}", "service %s reads the key keygen writes", name)
+		mounted := false
+		for _, m := range s.namedMounts(t, name, cf.Volumes) {
+			if m.volume == keyVol && strings.HasPrefix(out, m.dst+"/") {
+				require.True(t, m.readOnly, "service %s: the key volume is read-only", name)
+				mounted = true
+			}
+		}
+		require.True(t, mounted, "service %s does not mount the key volume %s where keygen writes", name, keyVol)
+		require.Equal(t, "service_completed_successfully", composeConditions[&s.DependsOn]["keygen"], "service %s starts after keygen", name)
+	}
 }

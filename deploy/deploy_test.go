@@ -281,6 +281,12 @@ func TestDockerfile(t *testing.T) {
 			f := strings.Fields(in.args)
 			if from, ok := strings.CutPrefix(f[0], "--from="); ok {
 				require.Equal(t, build.name, from, "line %d", in.line)
+				if len(f) == 4 && f[1] == "--chown=65532:65532" {
+					// The tunnel key's directory, owned by the runtime user.
+					require.Equal(t, "/var/lib/soapgw/keys", f[3], "line %d", in.line)
+					copied[f[3]] = from + ":" + f[2]
+					continue
+				}
 				require.Equal(t, out[1], f[1], "line %d: copies the binary go build wrote", in.line)
 				copied[f[2]] = from + ":" + f[1]
 				continue

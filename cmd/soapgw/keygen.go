@@ -18,12 +18,14 @@ import (
 // key (the default), or a small CA with an origin and an edge certificate for mutual TLS.
 func newKeygenCommand(g *globalOptions) *cobra.Command {
 	var out, tlsDir, originName, edgeName string
+	var keepExisting bool
 	cmd := &cobra.Command{
 		Use:   "keygen [--out FILE] | keygen --tls DIR",
 		Short: "Make a shared tunnel key (or, with --tls, a CA and certificates for mutual TLS)",
 		Long: `keygen writes a new random 256-bit tunnel key in base64: give the same key to the
 origin (origin.auth.key_file) and to its edges (edge.peers[].auth.key_file). With --out the
-key goes to FILE (created with mode 0600, never overwritten); otherwise to standard output.
+key goes to FILE (created with mode 0600, never overwritten: an existing FILE is an error,
+or, with --keep-existing, left as it is); otherwise to standard output.
 
 With --tls DIR it writes ca.pem, ca-key.pem, origin.pem, origin-key.pem, edge.pem and
 edge-key.pem: a CA and two certificates it signed, for origin.tls (cert_file, key_file,
@@ -42,6 +44,10 @@ server_name: the --origin-name).`,
 				_, err = fmt.Fprintln(g.stdout, key)
 				return err
 			}
+			if _, err := os.Stat(out); err == nil && keepExisting {
+				fmt.Fprintf(g.stderr, "%s exists; kept\n", out)
+				return nil
+			}
 			if err := writeNew(out, []byte("# soapgw tunnel key (soapgw keygen); the first key proves this side\n"+key+"\n")); err != nil {
 				return err
 			}
@@ -50,6 +56,7 @@ server_name: the --origin-name).`,
 		},
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "", "write the key to this file (mode 0600) instead of standard output")
+	cmd.Flags().BoolVar(&keepExisting, "keep-existing", false, "with --out: succeed without writing when FILE exists (for a one-shot init container)")
 	cmd.Flags().StringVar(&tlsDir, "tls", "", "write a CA and origin/edge certificates for mutual TLS into this directory")
 	cmd.Flags().StringVar(&originName, "origin-name", "soapgw-origin", "with --tls: the origin certificate's name (edges' tls.server_name)")
 	cmd.Flags().StringVar(&edgeName, "edge-name", "soapgw-edge", "with --tls: the edge certificate's name")
