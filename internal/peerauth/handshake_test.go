@@ -1,0 +1,400 @@
+package peerauth
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testKeyring makes a keyring of fresh keys, the first one primary.
+func testKeyring(t testing.TB, keys ...Key) *Keyring {
+	t.Helper()
+	r, err := NewKeyring(keys...)
+	require.NoError(t, err)
+	return r
+}
+
+func newTestKey(t testing.TB) Key {
+	t.Helper()
+	s, err := GenerateKey()
+	require.NoError(t, err)
+	r, err := ParseKeys("k", []byte(s))
+	require.NoError(t, err)
+	return r.Primary()
+}
+
+// testPKI is a CA with an origin and an edge certificate.
+type testPKI struct {
+	pool         *x509.CertPool
+	origin, edge *tls.Certificate
+}
+
+func newTestPKI(t testing.TB) *testPKI {
+	t.Helper()
+	caPEM, caKeyPEM, err := NewCertificatePEM("test CA", nil, nil)
+	require.NoError(t, err)
+	ca, err := tls.X509KeyPair(caPEM, caKeyPEM)
+	require.NoError(t, err)
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	require.NoError(t, err)
+	p := &testPKI{pool: x509.NewCertPool()}
+	p.pool.AddCert(caCert)
+	for _, c := range []struct {
+		name string
+		dst  **tls.Certificate
+	}{{"origin.test", &p.origin}, {"edge.test", &p.edge}} {
+		certPEM, keyPEM, err := NewCertificatePEM(c.name, caCert, ca.PrivateKey.(*ecdsa.PrivateKey))
+		require.NoError(t, err)
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		require.NoError(t, err)
+		*c.dst = &pair
+	}
+	return p
+}
+
+// pipeTCP returns both ends of a real loopback TCP connection.
+func pipeTCP(t testing.TB) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	server = <-accepted
+	require.NotNil(t, server)
+	t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+	return client, server
+}
+
+type result struct {
+	conn net.Conn
+	who  string
+	err  error
+}
+
+// handshake runs both sides concurrently over loopback TCP, within a deadline.
+func handshake(t testing.TB, s *Server, c *Client) (srv, cli result) {
+	t.Helper()
+	cc, sc := pipeTCP(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		srv.conn, srv.who, srv.err = s.Handshake(ctx, sc)
+		if srv.err != nil {
+			_ = sc.Close() // as the tunnel server does: the client sees the refusal
+		}
+	}()
+	cli.conn, cli.err = c.Handshake(ctx, cc)
+	if cli.err != nil {
+		_ = cc.Close()
+	} else if c.Insecure() {
+		// The origin learns the mode from the first byte, which is the tunnel HELLO's;
+		// stand in for it.
+		_, cli.err = cc.Write([]byte{0})
+	}
+	wg.Wait()
+	if c.Insecure() && srv.err == nil {
+		b := make([]byte, 1)
+		_, srv.err = io.ReadFull(srv.conn, b)
+	}
+	return srv, cli
+}
+
+// requireChannel sends bytes both ways through an authenticated pair.
+func requireChannel(t *testing.T, a, b net.Conn) {
+	t.Helper()
+	go func() { _, _ = a.Write([]byte("ping")) }()
+	got := make([]byte, 4)
+	_, err := io.ReadFull(b, got)
+	require.NoError(t, err)
+	require.Equal(t, "ping", string(got))
+}
+
+func resultOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Result
+	}
+	return ""
+}
+
+func TestHandshake(t *testing.T) {
+	k1, k2, k3 := newTestKey(t), newTestKey(t), newTestKey(t)
+	pki, other := newTestPKI(t), newTestPKI(t)
+	mustServer := func(cfg ServerConfig) *Server {
+		s, err := NewServer(cfg)
+		require.NoError(t, err)
+		return s
+	}
+	mustClient := func(cfg ClientConfig) *Client {
+		c, err := NewClient(cfg)
+		require.NoError(t, err)
+		return c
+	}
+	keyServer := mustServer(ServerConfig{Keys: testKeyring(t, k1, k2)}) // accepts k1 and k2
+	mtlsServer := mustServer(ServerConfig{Cert: pki.origin, ClientCAs: pki.pool})
+	bothServer := mustServer(ServerConfig{Keys: testKeyring(t, k1), Cert: pki.origin, ClientCAs: pki.pool})
+	insecureServer := mustServer(ServerConfig{Insecure: true})
+	mtlsClient := func(ca *x509.CertPool, cert *tls.Certificate) *Client {
+		return mustClient(ClientConfig{VerifyServer: true, RootCAs: ca, ServerName: "origin.test", Cert: cert})
+	}
+
+	for name, tc := range map[string]struct {
+		server     *Server
+		client     *Client
+		serverWant string // "" for success, else the server's Result
+		clientErr  error  // errors.Is target on the client's error, when the server refuses
+		who        string // prefix of the server's description of the peer
+	}{
+		"shared key":                     {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), "", nil, "key " + k1.ID().String()},
+		"rotation: new key first":        {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k2, k1)}), "", nil, "key " + k2.ID().String()},
+		"wrong key":                      {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k3)}), ResultBadKey, ErrKeyRefused, ""},
+		"mutual TLS":                     {mtlsServer, mtlsClient(pki.pool, pki.edge), "", nil, "certificate CN=edge.test"},
+		"mutual TLS and key":             {bothServer, mustClient(ClientConfig{Keys: testKeyring(t, k1), VerifyServer: true, RootCAs: pki.pool, ServerName: "origin.test", Cert: pki.edge}), "", nil, "certificate CN=edge.test,O=soapgw, key"},
+		"key but no client certificate":  {bothServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), ResultTLS, nil, ""},
+		"client cert from another CA":    {mtlsServer, mtlsClient(pki.pool, other.edge), ResultBadCertificate, nil, ""},
+		"insecure both":                  {insecureServer, mustClient(ClientConfig{Insecure: true}), "", nil, "unauthenticated"},
+		"insecure edge, secure origin":   {keyServer, mustClient(ClientConfig{Insecure: true}), ResultNotTLS, nil, ""},
+		"secure edge, insecure origin":   {insecureServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), ResultUnexpectedTLS, nil, ""},
+		"edge distrusts the origin's CA": {mtlsServer, mtlsClient(other.pool, pki.edge), ResultTLS, nil, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.client.Insecure() && !tc.server.Insecure() {
+				// An insecure edge sends its tunnel HELLO at once; stand in for it.
+				cc, sc := pipeTCP(t)
+				go func() { _, _ = cc.Write([]byte{0, 0, 2, 5, 0, 0, 0, 0, 0, '{', '}'}) }()
+				_, _, err := tc.server.Handshake(context.Background(), sc)
+				require.Equal(t, tc.serverWant, resultOf(err), "%v", err)
+				return
+			}
+			srv, cli := handshake(t, tc.server, tc.client)
+			if tc.serverWant == "" {
+				require.NoError(t, srv.err)
+				require.NoError(t, cli.err)
+				require.Contains(t, srv.who, tc.who)
+				requireChannel(t, cli.conn, srv.conn)
+				requireChannel(t, srv.conn, cli.conn)
+				return
+			}
+			require.Error(t, srv.err, "the origin must refuse")
+			require.Equal(t, tc.serverWant, resultOf(srv.err), "%v", srv.err)
+			if cli.err == nil {
+				// TLS 1.3: a client's handshake ends before the server has checked its
+				// certificate; the refusal arrives as an alert on the first read (in the
+				// gateway: the tunnel HELLO), so the edge never gets a session either.
+				require.Nil(t, tc.client.cur.Load().keys, "with a key the proof exchange reports the refusal")
+				_ = cli.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				_, err := cli.conn.Read(make([]byte, 1))
+				require.ErrorContains(t, err, "tls: ")
+			}
+			if tc.clientErr != nil {
+				require.ErrorIs(t, cli.err, tc.clientErr)
+			}
+		})
+	}
+}
+
+func TestHandshakeRefusesGarbageSilenceAndBadProofs(t *testing.T) {
+	s, err := NewServer(ServerConfig{Keys: testKeyring(t, newTestKey(t))})
+	require.NoError(t, err)
+	run := func(client func(c net.Conn)) error {
+		cc, sc := pipeTCP(t)
+		go client(cc)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, _, err := s.Handshake(ctx, sc)
+		require.Error(t, err)
+		return err
+	}
+	require.Equal(t, ResultTimeout, resultOf(run(func(net.Conn) {})), "a silent peer")
+	require.Equal(t, ResultNotTLS, resultOf(run(func(c net.Conn) { _, _ = c.Write([]byte("GET / HTTP/1.1\r\n\r\n")) })))
+	require.Equal(t, ResultTLS, resultOf(run(func(c net.Conn) { _, _ = c.Write([]byte{0x16, 0x03, 0x01, 0, 5, 1, 2, 3, 4, 5}) })))
+	require.Equal(t, ResultIO, resultOf(run(func(c net.Conn) { _ = c.Close() })))
+	tlsThen := func(after []byte) func(c net.Conn) {
+		return func(c net.Conn) {
+			tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+			if tc.Handshake() == nil {
+				_, _ = tc.Write(after)
+				_, _ = io.Copy(io.Discard, tc)
+			}
+		}
+	}
+	require.Equal(t, ResultProtocol, resultOf(run(tlsThen(bytes.Repeat([]byte{'x'}, ProofLen)))), "not a proof")
+	wrong := newProof(newTestKey(t), KindEdge, make([]byte, 32)).Append(nil)
+	require.Equal(t, ResultBadKey, resultOf(run(tlsThen(wrong))), "a key the origin does not hold")
+	require.Equal(t, ResultTimeout, resultOf(run(tlsThen(nil))), "TLS, then silence")
+}
+
+// TestHandshakeReplayedCaptureFails: the bytes an edge sent on a successful connection,
+// replayed on a new one, do not authenticate: the TLS handshake (fresh randoms) fails.
+func TestHandshakeReplayedCaptureFails(t *testing.T) {
+	k := newTestKey(t)
+	s, err := NewServer(ServerConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	c, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+
+	cc, sc := pipeTCP(t)
+	rec := &recordingConn{Conn: cc}
+	done := make(chan error, 1)
+	go func() { _, _, err := s.Handshake(context.Background(), sc); done <- err }()
+	conn, err := c.Handshake(context.Background(), rec)
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	_ = conn
+
+	cc2, sc2 := pipeTCP(t)
+	go func() { _, _ = cc2.Write(rec.bytes()); _, _ = io.Copy(io.Discard, cc2) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _, err = s.Handshake(ctx, sc2)
+	require.Error(t, err)
+	require.Contains(t, []string{ResultTLS, ResultTimeout}, resultOf(err), "%v", err)
+}
+
+// TestHandshakeMachineInTheMiddle: a relay that terminates the edge's TLS itself and
+// opens its own TLS connection to the origin cannot make either proof verify: the edge
+// never completes.
+func TestHandshakeMachineInTheMiddle(t *testing.T) {
+	k := newTestKey(t)
+	origin, err := NewServer(ServerConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	edge, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+
+	// The attacker: TLS server towards the edge, TLS client towards the origin, copying
+	// the plaintext between them (it can, its TLS ends are its own).
+	edgeSide, attackerIn := pipeTCP(t)
+	attackerOut, originSide := pipeTCP(t)
+	go func() {
+		cert, _ := SelfSignedCertificate("mitm")
+		in := tls.Server(attackerIn, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS13})
+		out := tls.Client(attackerOut, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+		if in.Handshake() != nil || out.Handshake() != nil {
+			return
+		}
+		go func() { _, _ = io.Copy(out, in) }()
+		_, _ = io.Copy(in, out)
+	}()
+	originErr := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, _, err := origin.Handshake(ctx, originSide)
+		_ = originSide.Close()
+		originErr <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = edge.Handshake(ctx, edgeSide)
+	require.Error(t, err, "the edge must not authenticate through a relay")
+	require.True(t, errors.Is(err, ErrKeyRefused) || errors.Is(err, ErrOriginProof), "%v", err)
+	require.Equal(t, ResultBadKey, resultOf(<-originErr), "the origin refuses the relayed proof")
+}
+
+func TestUpdateAppliesToNewConnectionsOnly(t *testing.T) {
+	k1, k2 := newTestKey(t), newTestKey(t)
+	s, err := NewServer(ServerConfig{Keys: testKeyring(t, k1)})
+	require.NoError(t, err)
+	c1, err := NewClient(ClientConfig{Keys: testKeyring(t, k1)})
+	require.NoError(t, err)
+	srv, cli := handshake(t, s, c1)
+	require.NoError(t, srv.err)
+	require.NoError(t, cli.err)
+
+	require.NoError(t, s.Update(ServerConfig{Keys: testKeyring(t, k2)}))
+	requireChannel(t, cli.conn, srv.conn) // the authenticated connection lives on
+	_, cli2 := handshake(t, s, c1)
+	require.ErrorIs(t, cli2.err, ErrKeyRefused, "the retired key no longer gets in")
+	c2, err := NewClient(ClientConfig{Keys: testKeyring(t, k2)})
+	require.NoError(t, err)
+	_, cli3 := handshake(t, s, c2)
+	require.NoError(t, cli3.err)
+
+	require.ErrorContains(t, s.Update(ServerConfig{Insecure: true}), "restart")
+	require.ErrorContains(t, c2.Update(ClientConfig{Insecure: true}), "restart")
+}
+
+func TestConfigsThatCannotAuthenticate(t *testing.T) {
+	_, err := NewServer(ServerConfig{})
+	require.ErrorContains(t, err, "no way to authenticate edges")
+	pki := newTestPKI(t)
+	_, err = NewServer(ServerConfig{Cert: pki.origin})
+	require.ErrorContains(t, err, "no way to authenticate edges", "a certificate alone identifies the origin, not the edges")
+	_, err = NewServer(ServerConfig{Insecure: true, Keys: testKeyring(t, newTestKey(t))})
+	require.ErrorContains(t, err, "cannot be combined")
+	_, err = NewClient(ClientConfig{})
+	require.ErrorContains(t, err, "no credentials")
+	_, err = NewClient(ClientConfig{Cert: pki.edge})
+	require.ErrorContains(t, err, "would talk to anyone")
+}
+
+type recordingConn struct {
+	net.Conn
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (r *recordingConn) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	r.buf.Write(p)
+	r.mu.Unlock()
+	return r.Conn.Write(p)
+}
+
+func (r *recordingConn) bytes() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Clone(r.buf.Bytes())
+}
+
+// BenchmarkHandshake reports the cost of authenticating one new tunnel connection over
+// loopback TCP (both sides in this process: TLS 1.3 with X25519 and ECDSA P-256, plus
+// the proofs), for the shared key and for mutual TLS.
+func BenchmarkHandshake(b *testing.B) {
+	k := newTestKey(b)
+	pki := newTestPKI(b)
+	for _, bc := range []struct {
+		name string
+		s    ServerConfig
+		c    ClientConfig
+	}{
+		{"shared-key", ServerConfig{Keys: testKeyring(b, k)}, ClientConfig{Keys: testKeyring(b, k)}},
+		{"mutual-tls", ServerConfig{Cert: pki.origin, ClientCAs: pki.pool}, ClientConfig{VerifyServer: true, RootCAs: pki.pool, ServerName: "origin.test", Cert: pki.edge}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, err := NewServer(bc.s)
+			require.NoError(b, err)
+			c, err := NewClient(bc.c)
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				srv, cli := handshake(b, s, c)
+				if srv.err != nil || cli.err != nil {
+					b.Fatal(srv.err, cli.err)
+				}
+				_ = cli.conn.Close()
+				_ = srv.conn.Close()
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handshakes/s")
+		})
+	}
+}
