@@ -74,7 +74,10 @@ type pieceModel struct {
 }
 
 // model is the state both ends keep for one direction. Encoder and
-// Decoder each own one and run the same code on it.
+// Decoder each own one and update it identically: the decoder through the
+// dec* halves of the mirrored model pairs (see coder), and through the
+// encoder's own code when it replays a stored message. FORMAT.md
+// specifies the updates.
 type model struct {
 	t    table
 	root entry // successors of the start of a message (id 0)

@@ -355,11 +355,14 @@ func (m *model) decNum(c *coder, s *proseSlot, dst []byte, limit int) []byte {
 }
 
 // decProseNum decodes what encProseNum and encDigits code for a number
-// of slot s: its value and digit count. The two ends are written apart
-// here, not as one two-way function like the rest of the models: in one
-// function, the decoder's number went through three calls that spilled
-// the prose loop's state, about 5% of decoding a report. The round-trip
-// tests and the pinned format digest hold the two to each other.
+// of slot s: its value and digit count. Like most of the models (see
+// coder), the two ends are written apart; here even the number's tree
+// and digit count, which could share codeDelta-style two-way helpers, are
+// inlined: through those helpers the decoder's number went through three
+// calls that spilled the prose loop's state, about 5% of decoding a
+// report. FORMAT.md (Prose) specifies both halves; the golden payloads,
+// the round-trip tests and the pinned format digest hold them to each
+// other.
 func (c *coder) decProseNum(s *proseSlot) (u uint64, n int, ok bool) {
 	node := c.treeDec(s.num.sym[:], 5, 1)
 	sym := node - 32

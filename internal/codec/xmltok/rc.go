@@ -26,11 +26,21 @@ const (
 )
 
 // coder is an LZMA-style binary range coder that runs in one of two
-// directions. The modelling code is written once against bit, tree, num
-// and direct: when encoding they take the symbol and return it, when
-// decoding they ignore the argument and return the decoded symbol. One
-// code path for both ends is the cheapest way to guarantee that both
-// update their models identically.
+// directions. Its primitives (bit, bitH, tree, num, direct, numDirect)
+// work both ways: when encoding they take the symbol and return it, when
+// decoding they ignore the argument and return the decoded symbol. A few
+// model steps are written once on top of them (codeLen, codeDelta,
+// codeRingIdx). Most of the models are not: they are hand-mirrored pairs,
+// an encoder half that searches for what to code (a successor, a base, a
+// ring index, a blob's end) and a decoder half that validates what it
+// reads: encMark/decMark, encMarkModel/decMarkModel, encValue/decValue,
+// encValueModel/decValueModel, codePieces/decPieces, encProse/decProse
+// (encWord/decOtherWord, encNum/decNum, encProseNum/decProseNum),
+// encBlob/decBlob, and treeEnc/treeDec here. Nothing in the code ties a
+// pair together: FORMAT.md specifies what both halves must do, and the
+// golden payloads (TestGoldenPayloads), the round-trip and fuzz tests
+// (which compare both ends' Digest) and TestTokenFormatPinned check that
+// they do. A change to one half needs the same change to the other.
 type coder struct {
 	dec bool
 	rng uint32
@@ -398,9 +408,11 @@ func b2u(b bool) uint32 {
 
 // hprob is a high-precision adaptive probability for decisions that are
 // almost always the same, like "the match model's prediction is right":
-// P(bit=0) = (hprobHalf+p)/hprobOne. With 16 bits and a 1/32 adaptation
-// step it saturates at about 1/2000, so a confirmed prediction costs
-// under a thousandth of a bit where a 12-bit prob costs a hundredth.
+// P(bit=0) = (prior+p)/hprobOne, where prior is fixed per slot by the
+// caller of bitH (history.confidence, markConfidence). With 16 bits and
+// a 1/32 adaptation step it saturates at about 1/2000, so a confirmed
+// prediction costs under a thousandth of a bit where a 12-bit prob costs
+// a hundredth.
 type hprob int32
 
 const (
