@@ -89,4 +89,3 @@ func (t *tunnelCodec) NewDecoder(maxMessage int) (tunnel.MessageDecoder, error) 
 	}
 	return desynced(d, t.faulty), nil
 }
-

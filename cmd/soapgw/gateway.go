@@ -316,6 +316,8 @@ func proxyLimits(l config.Limits) proxy.Limits {
 		ExchangeTimeout:        l.ExchangeTimeout,
 		IdleTimeout:            l.IdleTimeout,
 		MaxConcurrentExchanges: l.MaxConcurrentExchanges,
+		MaxClientConnections:   l.MaxClientConnections,
+		AllowAbsoluteForm:      l.AllowAbsoluteForm,
 	}
 }
 

@@ -59,7 +59,7 @@ func TestWithLiveOfTakesOnlyLiveSections(t *testing.T) {
 	next.Limits.ExchangeTimeout = time.Second
 	next.Edge.Peers[0].Auth = &config.Auth{KeyFile: "new.key"}
 	next.Edge.Peers[0].Address = "127.0.0.1:1" // needs a restart: not taken
-	next.Node = "m"                             // likewise
+	next.Node = "m"                            // likewise
 	got := withLiveOf(running, next)
 	require.Equal(t, "other", got.Edge.Routes[0].Upstream)
 	require.Equal(t, "http://127.0.0.1:9", got.Origin.Upstreams[0].URL)

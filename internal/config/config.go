@@ -86,6 +86,15 @@ type Limits struct {
 	// IdleTimeout closes a client keep-alive connection that has been idle
 	// this long. Default: 90s.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxClientConnections caps the client connections an edge holds open,
+	// across its listeners; one more gets a 503 Fault and is closed
+	// (soapgw_edge_client_connections_refused_total). Default: 10000.
+	MaxClientConnections int `yaml:"max_client_connections"`
+	// AllowAbsoluteForm accepts absolute-form request targets
+	// ("POST http://host/path HTTP/1.1") from clients configured to use a
+	// forward proxy; they are routed by the URI's host and path and forwarded
+	// unchanged. Default: false (400 Fault: soapgw is not a forward proxy).
+	AllowAbsoluteForm bool `yaml:"allow_absolute_form"`
 }
 
 // CodecConfig tunes the message codecs. Which codec a message uses is chosen
@@ -350,6 +359,7 @@ func Default() *Config {
 			ExchangeTimeout:        60 * time.Second,
 			MaxConcurrentExchanges: 4096,
 			IdleTimeout:            90 * time.Second,
+			MaxClientConnections:   10000,
 		},
 		Codecs: CodecConfig{
 			GzipLevel:       6,

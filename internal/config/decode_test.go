@@ -355,6 +355,7 @@ func TestParseDefaults(t *testing.T) {
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,
 			ExchangeTimeout: 60 * time.Second, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
+			MaxClientConnections: 10000,
 		},
 		Codecs: CodecConfig{
 			GzipLevel: 6, ZstdLevel: 3, ZstdDictionary: "builtin", TokenDictionary: 1 << 20,

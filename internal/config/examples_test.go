@@ -113,6 +113,8 @@ limits:
   exchange_timeout: 1m0s
   max_concurrent_exchanges: 4096
   idle_timeout: 1m30s
+  max_client_connections: 10000
+  allow_absolute_form: false
 codecs:
   gzip_level: 6
   zstd_level: 3

@@ -66,6 +66,9 @@ func (l *Limits) validate(errs *errorList) {
 		errs.add("limits.max_concurrent_exchanges", "must be at least 1, got %d", l.MaxConcurrentExchanges)
 	}
 	checkPositive(errs, "limits.idle_timeout", l.IdleTimeout)
+	if l.MaxClientConnections < 1 {
+		errs.add("limits.max_client_connections", "must be at least 1, got %d", l.MaxClientConnections)
+	}
 }
 
 func (e *EdgeConfig) validate(errs *errorList) {

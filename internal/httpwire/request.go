@@ -119,3 +119,31 @@ func parseRequestLine(line string) (method, target string, minor int, err error)
 	}
 	return method, target, minor, nil
 }
+
+// TargetForm is the form of a request-target (RFC 9112 §3.2).
+type TargetForm int
+
+// The four request-target forms.
+const (
+	OriginForm    TargetForm = iota // "/path?query": what a client sends to a server
+	AbsoluteForm                    // "http://host/path": what a client sends to a forward proxy
+	AuthorityForm                   // "host:port": CONNECT's target
+	AsteriskForm                    // "*": OPTIONS for the whole server
+)
+
+func (f TargetForm) String() string {
+	return [...]string{"origin-form", "absolute-form", "authority-form", "asterisk-form"}[f]
+}
+
+// Form classifies the request's target.
+func (r *Request) Form() TargetForm {
+	switch t := r.Target; {
+	case strings.HasPrefix(t, "/"):
+		return OriginForm
+	case t == "*":
+		return AsteriskForm
+	case strings.Contains(t, "://"):
+		return AbsoluteForm
+	}
+	return AuthorityForm
+}

@@ -39,6 +39,13 @@ type Limits struct {
 	ExchangeTimeout        time.Duration // whole exchange as the edge sees it (default 60 s)
 	IdleTimeout            time.Duration // client keep-alive idle (default 90 s)
 	MaxConcurrentExchanges int           // per process; more get 503 (default 4096)
+	// MaxClientConnections caps the client connections an edge holds open across its
+	// listeners (default 10000); one more is answered 503 and closed.
+	MaxClientConnections int
+	// AllowAbsoluteForm accepts "POST http://host/path" targets from clients configured
+	// to go through a forward proxy; the target is forwarded as the client sent it and
+	// routed by its host and path. Default false: such requests get 400.
+	AllowAbsoluteForm bool
 }
 
 func (l Limits) withDefaults() Limits {
@@ -59,6 +66,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxConcurrentExchanges <= 0 {
 		l.MaxConcurrentExchanges = 4096
+	}
+	if l.MaxClientConnections <= 0 {
+		l.MaxClientConnections = 10000
 	}
 	return l
 }

@@ -12,12 +12,14 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/internal/ratelog"
 )
 
 // Edge terminates HTTP/1.0 and HTTP/1.1 from unmodified clients and carries every exchange
@@ -31,7 +33,9 @@ type Edge struct {
 	m      *Metrics
 	log    *slog.Logger
 
-	inflight chan struct{} // semaphore: MaxConcurrentExchanges
+	inflight chan struct{}    // semaphore: MaxConcurrentExchanges
+	refusing chan struct{}    // semaphore: goroutines answering refused connections
+	warn     *ratelog.Limiter // refusals a client could provoke by the thousand
 
 	// abortAll is cancelled when a drain's deadline passes: exchanges still waiting on the
 	// tunnel are reset so Shutdown can return.
@@ -48,6 +52,19 @@ type Edge struct {
 type clientConn struct {
 	net.Conn
 	busy atomic.Bool // a request is being read or answered
+
+	// first is a request's first byte, read while the connection held no buffers;
+	// Read hands it out before reading on (serveConn's goroutine only).
+	first   [1]byte
+	pending bool
+}
+
+func (cc *clientConn) Read(p []byte) (int, error) {
+	if cc.pending && len(p) > 0 {
+		p[0], cc.pending = cc.first[0], false
+		return 1, nil
+	}
+	return cc.Conn.Read(p)
 }
 
 // NewEdge checks cfg and returns an edge ready to Serve listeners.
@@ -70,6 +87,8 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 		abortCtx: abortCtx, abortAll: abortAll,
 		cfg: cfg, lim: lim, m: m, log: log.With("role", "edge"),
 		inflight:  make(chan struct{}, lim.MaxConcurrentExchanges),
+		refusing:  make(chan struct{}, maxRefusing),
+		warn:      ratelog.New(log.With("role", "edge"), 10*time.Second),
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*clientConn]struct{}{},
 	}
@@ -113,6 +132,11 @@ func (e *Edge) Serve(ln net.Listener, name string) error {
 			_ = c.Close()
 			return nil
 		}
+		if limit := e.limits().MaxClientConnections; len(e.conns) >= limit {
+			e.mu.Unlock()
+			e.refuseConn(c, limit)
+			continue
+		}
 		e.conns[cc] = struct{}{}
 		e.wg.Add(1)
 		e.mu.Unlock()
@@ -131,6 +155,34 @@ func (e *Edge) Serve(ln net.Listener, name string) error {
 		}()
 	}
 }
+
+// refuseConn answers a client connection beyond MaxClientConnections with a 503 Fault and
+// closes it. The answer is written by a goroutine with a short deadline, at most
+// maxRefusing at once (beyond that the connection is just closed), so a flood of
+// connections can neither block the accept loop nor pile up goroutines.
+func (e *Edge) refuseConn(c net.Conn, limit int) {
+	e.m.connsRefused.Inc()
+	e.m.gatewayErrors.WithLabelValues("edge", causeTooManyConns).Inc()
+	e.warn.Warn(causeTooManyConns, "client connection refused: too many open", "limit", limit, "client", c.RemoteAddr().String())
+	select {
+	case e.refusing <- struct{}{}:
+	default:
+		_ = c.Close()
+		return
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() { <-e.refusing }()
+		_ = c.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
+		msg := fmt.Sprintf("soapgw: the edge has %d client connections open (limits.max_client_connections); try again later", limit)
+		_, _ = c.Write(faultResponse(nil, soap11, 1, 503, causeTooManyConns, msg, "", true))
+		_ = c.Close()
+	}()
+}
+
+// maxRefusing bounds the goroutines answering refused client connections.
+const maxRefusing = 64
 
 // Shutdown stops accepting, lets exchanges in flight finish, closes idle keep-alive
 // connections, and waits until all are done or ctx expires (then closes the rest).
@@ -185,16 +237,22 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		// last segment waiting for the client's delayed ACK (seed 003 §6.5).
 		_ = tc.SetNoDelay(true)
 	}
-	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(cc)
-	bw := writerPool.Get().(*bufio.Writer)
-	bw.Reset(cc)
-	defer func() {
-		br.Reset(nil)
-		readerPool.Put(br)
-		bw.Reset(nil)
-		writerPool.Put(bw)
-	}()
+	// The 32 KiB of buffers are held only while a request is read or answered: an idle
+	// keep-alive connection (there may be thousands) waits for its next request with a
+	// 1-byte read and no buffer.
+	var br *bufio.Reader
+	var bw *bufio.Writer
+	release := func() {
+		if br != nil {
+			br.Reset(nil)
+			readerPool.Put(br)
+			_ = bw.Flush()
+			bw.Reset(nil)
+			writerPool.Put(bw)
+			br, bw = nil, nil
+		}
+	}
+	defer release()
 	for {
 		// Checked and armed under the lock Shutdown holds while it wakes idle
 		// connections, so Shutdown's wake-up cannot be overwritten by this deadline.
@@ -205,8 +263,17 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		}
 		_ = cc.SetReadDeadline(time.Now().Add(e.limits().IdleTimeout))
 		e.mu.Unlock()
-		if _, err := br.Peek(1); err != nil {
-			return // idle timeout, client closed, or drain
+		if br == nil || br.Buffered() == 0 {
+			// Nothing pipelined: wait for the next request without buffers.
+			release()
+			if n, err := cc.Conn.Read(cc.first[:]); n == 0 || err != nil {
+				return // idle timeout, client closed, or drain
+			}
+			cc.pending = true
+			br = readerPool.Get().(*bufio.Reader)
+			br.Reset(cc)
+			bw = writerPool.Get().(*bufio.Writer)
+			bw.Reset(cc)
 		}
 		cc.busy.Store(true)
 		start := time.Now()
@@ -309,10 +376,19 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		op:    operationOf(req.Header, nil),
 		start: start, deadline: deadline,
 	}
-	host := req.Header.Get("Host")
+	if status, err := e.checkTarget(req); err != nil {
+		// Never routed: soapgw is not a forward proxy, and the body was not read.
+		return x.fail(status, causeBadTarget, err, true)
+	}
+	host, path := req.Header.Get("Host"), req.Target
+	if req.Form() == httpwire.AbsoluteForm {
+		// Allowed by limits.allow_absolute_form: route by the URI's own host and path,
+		// which RFC 9112 §3.2.2 puts before the Host field.
+		host, path = absoluteHostPath(req.Target)
+	}
 	routes := *e.routes.Load()
 	for i := range routes {
-		if routes[i].matches(listener, host, req.Target) {
+		if routes[i].matches(listener, host, path) {
 			x.route = &routes[i]
 			break
 		}
@@ -402,6 +478,47 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	return e.respond(x, sbr, resp)
 }
 
+// checkTarget refuses what a SOAP endpoint is never sent: CONNECT, targets in authority-
+// or asterisk-form, absolute-form unless allowed, and HTTP/1.1 requests without Host
+// (RFC 9112 §3.2). Such a request never reaches a tunnel or an upstream.
+func (e *Edge) checkTarget(req *httpwire.Request) (int, error) {
+	form := req.Form()
+	switch {
+	case req.Method == "CONNECT":
+		return 405, fmt.Errorf("soapgw: CONNECT is not served: this is a SOAP gateway, not a forward proxy")
+	case form == httpwire.AbsoluteForm && !e.limits().AllowAbsoluteForm:
+		return 400, fmt.Errorf("soapgw: absolute-form request target %q: this is a SOAP gateway, not a forward proxy (limits.allow_absolute_form accepts it)", truncate(req.Target, 200))
+	case form == httpwire.AbsoluteForm && !strings.HasPrefix(req.Target, "http://") && !strings.HasPrefix(req.Target, "https://"):
+		return 400, fmt.Errorf("soapgw: absolute-form request target %q: only http and https URIs", truncate(req.Target, 200))
+	case form == httpwire.AuthorityForm || form == httpwire.AsteriskForm:
+		return 400, fmt.Errorf("soapgw: %s request target %q is not a path", form, truncate(req.Target, 200))
+	case req.ProtoMinor == 1 && !req.Header.Has("Host"):
+		return 400, fmt.Errorf("soapgw: HTTP/1.1 request without a Host field (RFC 9112 §3.2)")
+	}
+	return 0, nil
+}
+
+// absoluteHostPath splits an absolute-form target into its authority and its path (with
+// query), "/" when empty.
+func absoluteHostPath(target string) (host, path string) {
+	_, rest, _ := strings.Cut(target, "://")
+	host, path = rest, "/"
+	if i := strings.IndexAny(rest, "/?"); i >= 0 {
+		host, path = rest[:i], rest[i:]
+		if path[0] == '?' {
+			path = "/" + path
+		}
+	}
+	return host, path
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
 // roundTrip sends the request message over a tunnel stream and reads the response head,
 // retrying on another stream when the tunnel refused the first one before the origin saw
 // it (only possible for a replayable message). On failure it answers the client with a
@@ -438,7 +555,15 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 				_ = st.Close()
 				return nil, nil, nil, nil, x.fail(413, causeTooLarge, fmt.Errorf("soapgw: request body exceeds the limit of %d bytes", e.limits().MaxRequestBytes), true)
 			case errors.Is(err, errClientBody):
+				// The stream is reset, so the origin aborts its upstream call and the
+				// server never takes the part it got for a whole request.
 				_ = st.Close()
+				var pe *httpwire.ProtocolError
+				if errors.As(err, &pe) {
+					// A body that breaks its own framing: say so (nothing of the
+					// response was sent yet), then close.
+					return nil, nil, nil, nil, x.fail(400, causeMalformedBody, fmt.Errorf("soapgw: malformed request body: %w", pe), true)
+				}
 				e.gatewayError(x.cc, x.id, x.route.Upstream, causeBadRequest, err)
 				return nil, nil, nil, nil, false
 			}

@@ -32,6 +32,9 @@ func soapVersionOf(h httpwire.Header) soapVersion {
 // Causes of gateway-made errors: stable names for metrics, logs and X-Soapgw-Error.
 const (
 	causeBadRequest      = "bad_request"
+	causeBadTarget       = "bad_request_target"   // CONNECT, absolute-, authority- or asterisk-form
+	causeMalformedBody   = "malformed_body"       // a request body that breaks its own framing
+	causeTooManyConns    = "too_many_connections" // limits.max_client_connections reached
 	causeTooLarge        = "request_too_large"
 	causeResponseLarge   = "response_too_large"
 	causeNoRoute         = "no_route"
@@ -49,7 +52,7 @@ const (
 
 // allCauses lists every cause, for metrics that start each series at 0.
 var allCauses = []string{
-	causeBadRequest, causeTooLarge, causeResponseLarge, causeNoRoute, causeOriginDown,
+	causeBadRequest, causeBadTarget, causeMalformedBody, causeTooManyConns, causeTooLarge, causeResponseLarge, causeNoRoute, causeOriginDown,
 	causeTunnelLost, causeTimeout, causeUpstreamDown, causeUpstreamTimeout, causeUpstreamBad,
 	causeUnknownUpstream, causeOverloaded, causeShuttingDown, causeInternal,
 }

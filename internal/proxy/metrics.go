@@ -17,6 +17,7 @@ type Metrics struct {
 	duration      *prometheus.HistogramVec
 	bytes         *prometheus.CounterVec
 	clientConns   prometheus.Gauge
+	connsRefused  prometheus.Counter
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
 }
@@ -54,6 +55,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_edge_client_connections",
 			Help: "Client connections currently open at the edge.",
 		}),
+		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "soapgw_edge_client_connections_refused_total",
+			Help: "Client connections the edge answered with 503 and closed because limits.max_client_connections were open.",
+		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_edge_retries_total",
 			Help: "Exchanges sent again because the tunnel refused them before the origin saw them.",
@@ -71,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns)
 	}
 	return m
 }

@@ -13,6 +13,7 @@ import (
 // metricNames pins the exported names: dashboards and alerts depend on them.
 var metricNames = []string{
 	"soapgw_edge_client_connections",
+	"soapgw_edge_client_connections_refused_total",
 	"soapgw_edge_client_connections_total",
 	"soapgw_edge_retries_total",
 	"soapgw_exchange_duration_seconds",
