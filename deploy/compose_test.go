@@ -53,15 +53,13 @@ type composeService struct {
 	StopGracePeriod string            `yaml:"stop_grace_period"`
 }
 
-// composeDeps is depends_on in either of its forms: a list of services, or a map of
-// service to {condition: ...}; it holds the service names, with their conditions.
-type composeDeps []string
-
-// conditions maps each dependency to its condition (service_started for the list form).
-var composeConditions = map[*composeDeps]map[string]string{}
+// composeDeps is depends_on in either of its forms, a list of services or a map of
+// service to {condition: ...}: each dependency with its condition (service_started for
+// the list form).
+type composeDeps map[string]string
 
 func (d *composeDeps) UnmarshalYAML(n *yaml.Node) error {
-	conds := map[string]string{}
+	conds := composeDeps{}
 	switch n.Kind {
 	case yaml.SequenceNode:
 		var names []string
@@ -75,7 +73,7 @@ func (d *composeDeps) UnmarshalYAML(n *yaml.Node) error {
 		var m map[string]struct {
 			Condition string `yaml:"condition"`
 		}
-		if err := n.Decode(&m); err != nil {
+		if err := decodeNodeStrict(n, &m); err != nil {
 			return err
 		}
 		for s, c := range m {
@@ -87,13 +85,18 @@ func (d *composeDeps) UnmarshalYAML(n *yaml.Node) error {
 	default:
 		return fmt.Errorf("line %d: depends_on: want a list or a map", n.Line)
 	}
-	*d = (*d)[:0]
-	for s := range conds {
-		*d = append(*d, s)
-	}
-	slices.Sort(*d)
-	composeConditions[d] = conds
+	*d = conds
 	return nil
+}
+
+// decodeNodeStrict decodes a YAML node as decodeYAMLStrict decodes a document (yaml.v3's
+// Node.Decode does not check field names).
+func decodeNodeStrict(n *yaml.Node, v any) error {
+	data, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	return decodeYAMLStrict(data, v)
 }
 
 func decodeYAMLStrict(data []byte, v any) error {
@@ -256,10 +259,11 @@ func TestDockerCompose(t *testing.T) {
 	mounts := map[string][]composeMount{}
 	listens := map[string]map[int]bool{} // service -> ports its process listens on
 	cfgs := map[string]*config.Config{}
-	used := map[string]bool{} // files under compose/ that something uses
+	cfgFiles := map[string]string{} // gateway service -> its configuration file, relative to deploy/
+	used := map[string]bool{}       // files under compose/ that something uses
 	for name, s := range cf.Services {
 		require.NotEmpty(t, s.Image, "service %s: image", name)
-		for _, dep := range s.DependsOn {
+		for dep := range s.DependsOn {
 			require.Contains(t, cf.Services, dep, "service %s depends on an unknown service", name)
 		}
 		mounts[name] = s.mounts(t, name)
@@ -291,6 +295,7 @@ func TestDockerCompose(t *testing.T) {
 			require.True(t, ok, "service %s: --config %s is not mounted", name, p)
 			cfg := loadConfig(t, filepath.FromSlash(src))
 			cfgs[name] = cfg
+			cfgFiles[name] = src
 			grace, err := time.ParseDuration(s.StopGracePeriod)
 			require.NoError(t, err, "service %s: stop_grace_period", name)
 			require.Greater(t, grace, cfg.DrainTimeout, "service %s: stop_grace_period must exceed drain_timeout", name)
@@ -314,7 +319,7 @@ func TestDockerCompose(t *testing.T) {
 		}
 	}
 	requireAcyclic(t, cf.Services)
-	checkComposeKey(t, &cf, cfgs)
+	checkComposeKey(t, &cf, cfgs, cfgFiles)
 
 	// reaches checks that host:port names a service listening on that port.
 	reaches := func(from, what, host string, p int) {
@@ -498,7 +503,7 @@ func dependsOn(svcs map[string]*composeService, from, to string) bool {
 			return false
 		}
 		seen[s] = true
-		for _, d := range svcs[s].DependsOn {
+		for d := range svcs[s].DependsOn {
 			if d == to || walk(d) {
 				return true
 			}
@@ -523,56 +528,56 @@ func keys[V any](m map[string]V) []string {
 	return ks
 }
 
-// checkComposeKey: the tunnel is authenticated as a deployment's must be. The keygen
-// service writes the key into a named volume (keeping an existing one), every gateway
-// reads its key from that volume read-only, and starts only after keygen succeeded.
-func checkComposeKey(t *testing.T, cf *composeFile, cfgs map[string]*config.Config) {
+// checkComposeKey: the tunnel is authenticated as a deployment's must be, and the key
+// needs no manual step. The one-shot service keygen writes it into a named volume on the
+// first up and keeps it afterwards; it runs as the image's non-root user, so the
+// volume's mount point is a directory the image gives that user (Docker copies its owner
+// into a new volume). Every gateway reads its key from that volume, mounted read-only,
+// and starts only after keygen succeeded.
+func checkComposeKey(t *testing.T, cf *composeFile, cfgs map[string]*config.Config, cfgFiles map[string]string) {
 	t.Helper()
 	kg := cf.Services["keygen"]
 	require.NotNil(t, kg, "service keygen")
+	require.Equal(t, "keygen", kg.Command[0], "service keygen")
 	out, ok := flagValue(kg.Command, "out")
 	require.True(t, ok, "keygen --out")
-	require.Contains(t, kg.Command, "--keep-existing", "keygen must not replace the key on every up")
+	require.Contains(t, kg.Command, "--keep-existing", "keygen must keep the key of an earlier up")
 	require.Equal(t, "no", kg.Restart, "keygen is a one-shot")
 	var keyVol string
 	for _, m := range kg.namedMounts(t, "keygen", cf.Volumes) {
-		if strings.HasPrefix(out, m.dst+"/") {
+		if path.Dir(out) == m.dst {
 			require.False(t, m.readOnly, "keygen writes the key")
 			keyVol = m.volume
+			owned, user := imageOwnedDirs(t)
+			require.Equal(t, user, owned[m.dst], "keygen writes into volume %s at %s: the image must give that directory to its user %s", m.volume, m.dst, user)
 		}
 	}
-	require.NotEmpty(t, keyVol, "keygen --out %s is not on a named volume", out)
+	require.NotEmpty(t, keyVol, "keygen --out %s is not at the top of a named volume", out)
+
+	require.NotEmpty(t, cfgs)
 	for name, cfg := range cfgs {
-		var keyFiles []string
-		if cfg.Origin != nil {
-			require.False(t, cfg.Origin.Insecure, "service %s: insecure origin", name)
-			require.NotNil(t, cfg.Origin.Auth, "service %s: origin without auth", name)
-			keyFiles = append(keyFiles, cfg.Origin.Auth.KeyFile)
-		}
-		if cfg.Edge != nil {
-			for _, p := range cfg.Edge.Peers {
-				require.False(t, p.Insecure, "service %s: insecure peer %s", name, p.Name)
-				require.NotNil(t, p.Auth, "service %s: peer %s without auth", name, p.Name)
-				keyFiles = append(keyFiles, p.Auth.KeyFile)
-			}
-		}
 		s := cf.Services[name]
-		for _, kf := range keyFiles {
-			// The tests point ${SOAPGW_KEY_FILE} at the test key; the file's default is
-			// what the container reads.
-			require.Equal(t, "../testdata/example-tunnel.key", kf)
-		}
-		raw, err := os.ReadFile(filepath.Join("compose", name+".yaml"))
+		requireAuthenticated(t, "service "+name, cfg)
+		raw, err := os.ReadFile(filepath.FromSlash(cfgFiles[name]))
 		require.NoError(t, err)
-		require.Contains(t, string(raw), "${SOAPGW_KEY_FILE:-"+out+"}", "service %s reads the key keygen writes", name)
+		files := deployedCredentialFiles(t, cfgFiles[name], string(raw))
+		require.Equal(t, []string{out}, slices.Compact(files), "service %s reads the key keygen writes, and no other credential file", name)
 		mounted := false
 		for _, m := range s.namedMounts(t, name, cf.Volumes) {
-			if m.volume == keyVol && strings.HasPrefix(out, m.dst+"/") {
+			if m.volume == keyVol {
+				require.Equal(t, path.Dir(out), m.dst, "service %s mounts the key volume elsewhere than keygen", name)
 				require.True(t, m.readOnly, "service %s: the key volume is read-only", name)
 				mounted = true
 			}
 		}
-		require.True(t, mounted, "service %s does not mount the key volume %s where keygen writes", name, keyVol)
-		require.Equal(t, "service_completed_successfully", composeConditions[&s.DependsOn]["keygen"], "service %s starts after keygen", name)
+		require.True(t, mounted, "service %s does not mount the key volume %s", name, keyVol)
+		require.Equal(t, "service_completed_successfully", s.DependsOn["keygen"], "service %s starts after keygen", name)
+	}
+	for name, s := range cf.Services {
+		if _, gw := cfgs[name]; !gw && name != "keygen" {
+			for _, m := range s.namedMounts(t, name, cf.Volumes) {
+				require.NotEqual(t, keyVol, m.volume, "service %s is no gateway: it has no use for the key", name)
+			}
+		}
 	}
 }

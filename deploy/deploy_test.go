@@ -281,9 +281,9 @@ func TestDockerfile(t *testing.T) {
 			f := strings.Fields(in.args)
 			if from, ok := strings.CutPrefix(f[0], "--from="); ok {
 				require.Equal(t, build.name, from, "line %d", in.line)
-				if len(f) == 4 && f[1] == "--chown=65532:65532" {
-					// The tunnel key's directory, owned by the runtime user.
-					require.Equal(t, "/var/lib/soapgw/keys", f[3], "line %d", in.line)
+				if len(f) == 4 && strings.HasPrefix(f[1], "--chown=") {
+					// A directory for the runtime user (imageOwnedDirs): compose's key
+					// volume is mounted there.
 					copied[f[3]] = from + ":" + f[2]
 					continue
 				}
@@ -314,6 +314,10 @@ func TestDockerfile(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"65532", "65532"}, user, "USER: distroless's nonroot, numeric for runAsNonRoot")
+	owned, owner := imageOwnedDirs(t)
+	for dir, o := range owned {
+		require.Equal(t, owner, o, "%s belongs to the image's user", dir)
+	}
 	require.Equal(t, []string{"/soapgw"}, entrypoint)
 	require.Contains(t, copied, "/soapgw")
 	require.Equal(t, []string{"run", "--config", "/etc/soapgw/soapgw.yaml"}, cmd)
@@ -327,6 +331,41 @@ func TestDockerfile(t *testing.T) {
 		require.Contains(t, expose, p, "EXPOSE the default configuration's %s port", what)
 	}
 	require.ElementsMatch(t, []int{8080, 7070, 9100}, expose)
+}
+
+// imageOwnedDirs returns the directories deploy/Dockerfile's runtime stage copies in with
+// --chown (empty directories made in the build stage, since distroless has no shell to
+// mkdir), each with its owner, and the image's USER.
+func imageOwnedDirs(t *testing.T) (owned map[string]string, user string) {
+	t.Helper()
+	_, ins := parseDockerfile(t, "Dockerfile")
+	owned = map[string]string{}
+	made := map[string]bool{} // mkdir -p in the build stage
+	runtime := false
+	for _, in := range ins {
+		switch in.cmd {
+		case "FROM":
+			runtime = strings.Contains(in.args, "distroless")
+		case "RUN":
+			if f := strings.Fields(in.args); !runtime && len(f) >= 3 && f[0] == "mkdir" && f[1] == "-p" {
+				for _, d := range f[2:] {
+					made[d] = true
+				}
+			}
+		case "COPY":
+			f := strings.Fields(in.args)
+			if !runtime || len(f) != 4 || !strings.HasPrefix(f[0], "--from=") {
+				continue
+			}
+			if o, ok := strings.CutPrefix(f[1], "--chown="); ok {
+				require.True(t, made[f[2]], "line %d: %s is no directory the build stage made", in.line, f[2])
+				owned[f[3]] = o
+			}
+		case "USER":
+			user = in.args
+		}
+	}
+	return owned, user
 }
 
 // TestStrictDecodingRejectsUnknownFields makes sure the strict decoders the other tests
