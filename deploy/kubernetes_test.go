@@ -36,6 +36,13 @@ const (
 	monitoringDir = "kubernetes/monitoring"
 )
 
+// externalSecrets are the Secrets the manifests mount that the base does not contain:
+// they hold keys, which are never committed, so an operator creates them out of band, as
+// kubernetes/README.md shows (and the test checks it does).
+var externalSecrets = map[string]bool{
+	"soapgw-tunnel-key": true, // the shared tunnel key: tunnel.key from `soapgw keygen`
+}
+
 // kustomization is the part of kustomize's Kustomization these manifests use; decoding
 // is strict, so a field outside it fails the test rather than being ignored.
 type kustomization struct {
@@ -408,6 +415,11 @@ func checkObjects(t *testing.T, o *k8sObjects, image string) {
 					require.Contains(t, cm.Data, it.Key, "%s: volume %s", where, v.Name)
 				}
 				usedConfigMaps[v.ConfigMap.Name] = true
+			case v.Secret != nil && externalSecrets[v.Secret.SecretName]:
+				require.NotContains(t, o.secrets, v.Secret.SecretName, "%s: volume %s: Secret %s is created out of band: the base must not hold it", where, v.Name, v.Secret.SecretName)
+				require.True(t, v.Secret.Optional != nil && !*v.Secret.Optional,
+					"%s: volume %s: optional: false, so that a pod without the key waits and says why", where, v.Name)
+				usedSecrets[v.Secret.SecretName] = true
 			case v.Secret != nil:
 				require.Contains(t, o.secrets, v.Secret.SecretName, "%s: volume %s: no Secret", where, v.Name)
 				usedSecrets[v.Secret.SecretName] = true
@@ -496,6 +508,8 @@ func checkObjects(t *testing.T, o *k8sObjects, image string) {
 				data, ok := o.configMaps[v.ConfigMap.Name].Data[key]
 				require.True(t, ok, "%s: ConfigMap %s has no key %s", cw, v.ConfigMap.Name, key)
 				cfg := parseConfig(t, fmt.Sprintf("ConfigMap %s key %s", v.ConfigMap.Name, key), data)
+				requireAuthenticated(t, cw, cfg)
+				checkCredentialMounts(t, cw, spec, c, volumes, data)
 				gateways[name] = append(gateways[name], gatewayInfo{pod: name, container: c, sidecar: sidecar[c.Name], cfg: cfg})
 			case "example-load":
 				u, ok := flagValue(c.Args, "url")
@@ -631,6 +645,62 @@ func checkObjects(t *testing.T, o *k8sObjects, image string) {
 	}
 	for name := range o.secrets {
 		require.True(t, usedSecrets[name], "Secret %s is used by no volume", name)
+	}
+	for name := range externalSecrets {
+		require.True(t, usedSecrets[name], "Secret %s (created out of band) is used by no volume", name)
+	}
+}
+
+// checkCredentialMounts: every credential file a gateway's configuration reads where it
+// is deployed is in a Secret created out of band (the base commits no key), with the
+// documented key. The Secret is mounted read-only as a directory where the configuration
+// looks: not with subPath, which never sees the Secret change, while keys rotate by
+// changing it (soapgw re-reads the file). The file is readable by the gateway's group
+// (the pod's fsGroup: the file belongs to root, the gateway is not root) and by nobody
+// else.
+func checkCredentialMounts(t *testing.T, cw string, spec *corev1.PodSpec, c *corev1.Container, volumes map[string]*corev1.Volume, raw string) {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(k8sDir, "README.md"))
+	require.NoError(t, err)
+	files := deployedCredentialFiles(t, cw, raw)
+	require.NotEmpty(t, files, "%s: the gateway reads no credential file", cw)
+	for _, f := range files {
+		found := false
+		for _, m := range c.VolumeMounts {
+			rel, ok := strings.CutPrefix(f, strings.TrimSuffix(m.MountPath, "/")+"/")
+			if !ok {
+				continue
+			}
+			found = true
+			v := volumes[m.Name]
+			require.NotNil(t, v.Secret, "%s: %s is on volume %s, which is not a Secret", cw, f, m.Name)
+			name := v.Secret.SecretName
+			require.True(t, externalSecrets[name], "%s: %s is in Secret %s, which the base commits empty: credentials come from a Secret created out of band", cw, f, name)
+			require.Empty(t, m.SubPath, "%s: mount %s: a subPath mount never sees the Secret change", cw, m.Name)
+			require.True(t, m.ReadOnly, "%s: mount %s", cw, m.Name)
+			key, mode := rel, v.Secret.DefaultMode
+			if len(v.Secret.Items) > 0 {
+				key = ""
+				for _, it := range v.Secret.Items {
+					if it.Path == rel {
+						key = it.Key
+						if it.Mode != nil {
+							mode = it.Mode
+						}
+					}
+				}
+				require.NotEmpty(t, key, "%s: %s: Secret volume %s has no item at %s", cw, f, m.Name, rel)
+			}
+			create := "kubectl -n soapgw create secret generic " + name + " --from-file=" + key + "="
+			require.True(t, strings.Contains(string(readme), create), "%s: README.md must say how to create the Secret %s with its key %s: %q", cw, name, key, create)
+			require.NotNil(t, mode, "%s: volume %s: defaultMode (the default, 0644, lets anyone read the key)", cw, m.Name)
+			require.Zero(t, *mode&0o007, "%s: volume %s: %s is world-readable (mode %#o)", cw, m.Name, f, *mode)
+			require.NotZero(t, *mode&0o040, "%s: volume %s: %s is not group-readable (mode %#o): the gateway reads it through fsGroup", cw, m.Name, f, *mode)
+			sc := spec.SecurityContext
+			require.True(t, sc.FSGroup != nil && sc.RunAsGroup != nil && *sc.FSGroup == *sc.RunAsGroup,
+				"%s: fsGroup (the group of the Secret's files) must be the gateway's group", cw)
+		}
+		require.True(t, found, "%s: the configuration reads %s, which is on no volume of the container", cw, f)
 	}
 }
 
