@@ -1,6 +1,6 @@
 package e2e
 
-// Codecs end to end: the generated traffic of every paper's family (testdata/gen) goes
+// Codecs end to end: the generated traffic of every paper's family (internal/trafficgen) goes
 // through a pair of real gateways with each codec, and every request and response must
 // arrive byte for byte; then the same with the decoders deliberately desynchronized, which
 // must cost resends and never a corrupted or lost message.
@@ -21,7 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 // codecTraffic is a list of request/response body pairs, in wire order, from every
@@ -34,19 +34,19 @@ type codecExchange struct {
 func codecTraffic(t testing.TB, perFamily int) []codecExchange {
 	t.Helper()
 	var out []codecExchange
-	for _, fam := range gen.Families {
-		ms := gen.Family(fam, perFamily, gen.DefaultSeed)
+	for _, fam := range trafficgen.Families {
+		ms := trafficgen.Family(fam, perFamily, trafficgen.DefaultSeed)
 		if fam == "edge" {
 			// One message per case: each is sent as a request and answered with itself.
 			for _, m := range ms {
-				if !gen.IsBig(m) {
+				if !trafficgen.IsBig(m) {
 					out = append(out, codecExchange{fam, m.Name, m.Body, m.Body})
 				}
 			}
 			continue
 		}
 		for i := 0; i+1 < len(ms); i += 2 {
-			require.Equal(t, gen.Request, ms[i].Dir)
+			require.Equal(t, trafficgen.Request, ms[i].Dir)
 			out = append(out, codecExchange{fam, ms[i].Name, ms[i].Body, ms[i+1].Body})
 		}
 	}

@@ -60,4 +60,3 @@ func TestEdgeRejectsNonSOAP(t *testing.T) {
 	resp := authCall(t, a.Edge, "after")
 	require.True(t, strings.HasPrefix(resp, "HTTP/1.0 200 OK\r\n"), "%q", resp)
 }
-

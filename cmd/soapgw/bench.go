@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/soapgw/soapgw/internal/bench"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 type benchOptions struct {
@@ -43,7 +43,7 @@ func newBenchCommand(g *globalOptions) *cobra.Command {
 		Short: "Benchmark direct, nginx and soapgw paths over emulated links with the papers' SOAP traffic",
 		Long: `bench measures what a legacy SOAP client sees through each configuration, over emulated
 links (internal/linkemu: network namespaces with delay, loss and rate limits), with the
-deterministic traffic of testdata/gen (the papers' scenarios).
+deterministic traffic of internal/trafficgen (the papers' scenarios).
 
 Configurations: direct (the client calls the server across the link, HTTP/1.0, a connection
 per call), nginx-pair (Debian's nginx beside each side: keep-alive HTTP/1.1 and gzip across
@@ -79,7 +79,7 @@ soapgw/identity and nginx-pair when nginx is installed.`,
 	f.StringVar(&o.concurrency, "concurrency", "1,16", "client counts, comma-separated: 1 is one synchronous client as in the papers")
 	f.IntVarP(&o.calls, "calls", "n", 0, "measured calls per run (default: planned per profile to take about --budget)")
 	f.IntVar(&o.warmup, "warmup", bench.DefaultWarmup, "unmeasured warm-up calls per client before each run")
-	f.Int64Var(&o.seed, "seed", gen.DefaultSeed, "testdata/gen seed")
+	f.Int64Var(&o.seed, "seed", trafficgen.DefaultSeed, "internal/trafficgen seed")
 	f.DurationVar(&o.budget, "budget", bench.DefaultBudget, "time one run aims for when --calls is not given")
 	f.DurationVar(&o.profBudget, "profile-budget", bench.DefaultProfileBudget, "without --scenarios: estimated time per profile and configuration; runs beyond it are left out by priority (0: no bound)")
 	f.DurationVar(&o.runTimeout, "run-timeout", bench.DefaultRunTimeout, "bound on one run; calls not started by then are left out (truncated)")

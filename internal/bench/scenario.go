@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 // Call is one request/response exchange of a scenario: the bytes the client sends and
@@ -16,7 +16,7 @@ type Call struct {
 	Response []byte
 }
 
-// Scenario is a named, deterministic sequence of exchanges from testdata/gen.
+// Scenario is a named, deterministic sequence of exchanges from internal/trafficgen.
 type Scenario struct {
 	Name  string
 	Calls []Call
@@ -31,7 +31,7 @@ type ScenarioSpec struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	Source      string `json:"source"` // the paper (seed) it models
-	Family      string `json:"family"` // the testdata/gen family
+	Family      string `json:"family"` // the internal/trafficgen family
 	// Entries filters fixml messages by their number of MDIncGroup entries (0: all).
 	Entries int `json:"entries,omitempty"`
 	// Path is the request target; UserAgent and SOAPAction the client's headers.
@@ -128,7 +128,7 @@ func LoadScenario(name string, n int, seed int64) (*Scenario, error) {
 		want = 2 * (n*12 + 20) // entries are uniform in 1..10
 	}
 	for attempt := 0; attempt < maxGenAttempts; attempt, want = attempt+1, want*2 {
-		msgs := gen.Family(spec.Family, want, seed)
+		msgs := trafficgen.Family(spec.Family, want, seed)
 		calls, err := pairCalls(msgs, spec.Entries)
 		if err != nil {
 			return nil, fmt.Errorf("scenario %s: %w", name, err)
@@ -140,16 +140,16 @@ func LoadScenario(name string, n int, seed int64) (*Scenario, error) {
 			break
 		}
 	}
-	return nil, fmt.Errorf("scenario %s: testdata/gen gave fewer than %d exchanges", name, n)
+	return nil, fmt.Errorf("scenario %s: internal/trafficgen gave fewer than %d exchanges", name, n)
 }
 
 // pairCalls turns gen's request/response sequence into calls, keeping only fixml
 // requests with the given number of entries when entries > 0.
-func pairCalls(msgs []gen.Message, entries int) ([]Call, error) {
+func pairCalls(msgs []trafficgen.Message, entries int) ([]Call, error) {
 	var calls []Call
 	for i := 0; i+1 < len(msgs); i += 2 {
 		q, p := msgs[i], msgs[i+1]
-		if q.Dir != gen.Request || p.Dir != gen.Response {
+		if q.Dir != trafficgen.Request || p.Dir != trafficgen.Response {
 			return nil, fmt.Errorf("message %d: want a request then a response, got %s, %s", i, q.Dir, p.Dir)
 		}
 		if entries > 0 && FixmlEntries(q.Body) != entries {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/soapgw/soapgw/internal/soapdemo"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 // benchFamily is a sequence of messages of one direction, in order.
@@ -20,21 +20,21 @@ func benchFamilies(b *testing.B) []benchFamily {
 		{"stress-request", func(i int) ([]byte, bool) { return soapdemo.StressRequest(i), true }},
 		{"stress-response", func(i int) ([]byte, bool) { return soapdemo.StressResponse(i), true }},
 	}
-	// The generated traffic of testdata/gen (the committed corpus's generator, a longer
+	// The generated traffic of internal/trafficgen (the committed corpus's generator, a longer
 	// run): one family per direction, in wire order, as one connection direction sees it.
-	for _, name := range gen.Families {
+	for _, name := range trafficgen.Families {
 		n := 2000
 		switch name {
 		case "northwind":
 			n = 20
 		case "edge":
-			n = gen.DefaultN(name) - 1 // without the 2 MB array of doubles
+			n = trafficgen.DefaultN(name) - 1 // without the 2 MB array of doubles
 		}
 		byDir := map[string][][]byte{}
-		for _, m := range gen.Family(name, n, gen.DefaultSeed) {
+		for _, m := range trafficgen.Family(name, n, trafficgen.DefaultSeed) {
 			byDir[m.Dir] = append(byDir[m.Dir], m.Body)
 		}
-		for _, dir := range []string{gen.Request, gen.Response} {
+		for _, dir := range []string{trafficgen.Request, trafficgen.Response} {
 			msgs := byDir[dir]
 			if len(msgs) == 0 {
 				continue

@@ -1,7 +1,7 @@
 //go:build ignore
 
 // gendict trains the zstd dictionary shipped in the binary (zstd_dict.bin) on the
-// generated SOAP traffic of testdata/gen, so that per-message zstd starts every message
+// generated SOAP traffic of internal/trafficgen, so that per-message zstd starts every message
 // with the vocabulary of SOAP envelopes already known. Run from the repository root:
 //
 //	go run ./internal/codec/gendict.go
@@ -13,19 +13,19 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 func main() {
 	var history, sample []byte
 	var contents [][]byte
-	for _, fam := range gen.Families {
+	for _, fam := range trafficgen.Families {
 		// A different seed than the committed corpus, so the benchmarks on the corpus do
 		// not measure the dictionary against its own training data.
-		ms := gen.Family(fam, 60, 7)
+		ms := trafficgen.Family(fam, 60, 7)
 		seen := map[string]bool{}
 		for _, m := range ms {
-			if gen.IsBig(m) || len(m.Body) > 8<<10 {
+			if trafficgen.IsBig(m) || len(m.Body) > 8<<10 {
 				continue
 			}
 			contents = append(contents, m.Body)

@@ -9,7 +9,7 @@ import (
 )
 
 // builtinZstdDict is a zstd dictionary trained on the generated SOAP traffic of
-// testdata/gen (see gendict.go). Both gateways ship the same one.
+// internal/trafficgen (see gendict.go). Both gateways ship the same one.
 //
 //go:embed zstd_dict.bin
 var builtinZstdDict []byte

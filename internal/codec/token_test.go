@@ -12,15 +12,15 @@ import (
 
 	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 // tunnelMessages turns generated traffic into tunnel messages as the gateways send them:
 // an envelope head (request or response) followed by the body.
 func tunnelMessages(fam string, n int) (reqs, resps [][]byte) {
-	for i, m := range gen.Family(fam, n, gen.DefaultSeed) {
+	for i, m := range trafficgen.Family(fam, n, trafficgen.DefaultSeed) {
 		cl := int64(len(m.Body))
-		if m.Dir == gen.Request {
+		if m.Dir == trafficgen.Request {
 			h := &envelope.Request{ExchangeID: "5e1f00a2-" + strconv.Itoa(i+1), Upstream: "svc", Method: "POST",
 				Target: "/services/" + fam, ProtoMinor: 0, ContentLength: cl, Header: httpwire.Header{
 					{Name: "Content-Type", Value: "text/xml; charset=utf-8"},
@@ -47,7 +47,7 @@ func tunnelMessages(fam string, n int) (reqs, resps [][]byte) {
 func TestTokenRoundTrip(t *testing.T) {
 	c, err := NewToken(TokenDictionary(64 << 10))
 	require.NoError(t, err)
-	for _, fam := range gen.Families {
+	for _, fam := range trafficgen.Families {
 		reqs, resps := tunnelMessages(fam, 120)
 		for dir, msgs := range map[string][][]byte{"request": reqs, "response": resps} {
 			t.Run(fam+"-"+dir, func(t *testing.T) {
@@ -207,7 +207,7 @@ func TestTokenFormatPinned(t *testing.T) {
 	c, err := NewToken()
 	require.NoError(t, err)
 	h := sha256.New()
-	for _, fam := range gen.Families {
+	for _, fam := range trafficgen.Families {
 		reqs, resps := tunnelMessages(fam, 40)
 		for _, msgs := range [][][]byte{reqs, resps} {
 			e, err := c.NewEncoder()

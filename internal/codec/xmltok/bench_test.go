@@ -5,18 +5,18 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 // benchSets returns, per family and direction, the messages of one
 // direction in wire order: what one Encoder/Decoder pair sees.
 func benchSets() (names []string, sets [][][]byte) {
-	for _, fam := range gen.Families {
+	for _, fam := range trafficgen.Families {
 		if fam == "edge" {
 			continue
 		}
-		d := byDir(gen.Family(fam, familyN(fam), gen.DefaultSeed))
-		for _, dir := range []string{gen.Request, gen.Response} {
+		d := byDir(trafficgen.Family(fam, familyN(fam), trafficgen.DefaultSeed))
+		for _, dir := range []string{trafficgen.Request, trafficgen.Response} {
 			names = append(names, fam+"-"+dir)
 			sets = append(sets, d[dir])
 		}

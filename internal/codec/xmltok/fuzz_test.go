@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/soapgw/soapgw/internal/soapdemo"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 // splitInputs cuts fuzz bytes into a sequence of messages at 0xFF 0x00
@@ -19,14 +19,14 @@ func FuzzRoundTrip(f *testing.F) {
 	f.Add([]byte(""))
 	f.Add(soapdemo.StressRequest(1))
 	f.Add(append(append(soapdemo.StressRequest(1), 0xFF, 0x00), soapdemo.StressRequest(2)...))
-	for _, m := range gen.Family("edge", 13, gen.DefaultSeed) {
+	for _, m := range trafficgen.Family("edge", 13, trafficgen.DefaultSeed) {
 		f.Add(m.Body)
 	}
-	for _, m := range gen.Family("charging", 4, gen.DefaultSeed) {
+	for _, m := range trafficgen.Family("charging", 4, trafficgen.DefaultSeed) {
 		f.Add(m.Body)
 	}
 	// Prose: two weather reports in one input, the second coded by slots.
-	wd := byDir(gen.Family("weather-detailed", 4, gen.DefaultSeed))[gen.Response]
+	wd := byDir(trafficgen.Family("weather-detailed", 4, trafficgen.DefaultSeed))[trafficgen.Response]
 	f.Add(append(append(bytes.Clone(wd[0]), 0xFF, 0x00), wd[1]...))
 	// Blobs: a dense value, then junk over markup, in one input.
 	blobs := blobEdgeInputs()
@@ -58,7 +58,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(uint8(1), []byte{modeCoded})
 	f.Add(uint8(2), []byte{modeCoded, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF})
 	f.Add(uint8(0), []byte{7})
-	for _, m := range byDir(gen.Family("weather-detailed", 2, gen.DefaultSeed))[gen.Response] {
+	for _, m := range byDir(trafficgen.Family("weather-detailed", 2, trafficgen.DefaultSeed))[trafficgen.Response] {
 		f.Add(uint8(0), NewEncoder(Options{DictBytes: 4096}).Encode(nil, m))
 	}
 	for _, m := range blobEdgeInputs()[:2] {

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/soapgw/soapgw/internal/soapdemo"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 	"github.com/stretchr/testify/require"
 )
 
@@ -215,7 +215,7 @@ func TestDictionariesStayInSync(t *testing.T) {
 	}
 	var fams [][]byte
 	for _, fam := range []string{"stress", "charging", "weather-simple", "wsa", "deploy"} {
-		for _, m := range gen.Family(fam, 20, 7) {
+		for _, m := range trafficgen.Family(fam, 20, 7) {
 			fams = append(fams, m.Body)
 		}
 	}
@@ -271,7 +271,7 @@ func TestDictionariesStayInSync(t *testing.T) {
 // of a repeated family allocates nothing.
 func TestSteadyStateAllocs(t *testing.T) {
 	for _, fam := range []string{"stress", "charging", "fixml", "wsa"} {
-		msgs := byDir(gen.Family(fam, 400, gen.DefaultSeed))[gen.Request]
+		msgs := byDir(trafficgen.Family(fam, 400, trafficgen.DefaultSeed))[trafficgen.Request]
 		enc, dec := NewEncoder(Options{}), NewDecoder(Options{})
 		var buf, out []byte
 		for _, m := range msgs[:len(msgs)/2] {

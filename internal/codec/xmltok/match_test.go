@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 	"github.com/stretchr/testify/require"
 )
 
@@ -12,7 +12,7 @@ import (
 // the first rows of one slowly changing Orders table.
 func northwindResponses(t *testing.T, n int) [][]byte {
 	t.Helper()
-	rs := byDir(gen.Family("northwind", 2*n, gen.DefaultSeed))[gen.Response]
+	rs := byDir(trafficgen.Family("northwind", 2*n, trafficgen.DefaultSeed))[trafficgen.Response]
 	require.Len(t, rs, n)
 	return rs
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/soapgw/soapgw/internal/soapdemo"
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 	"github.com/stretchr/testify/require"
 )
 
@@ -51,7 +51,7 @@ func trunc(b []byte) []byte {
 }
 
 // byDir splits a family's messages into its two directions.
-func byDir(ms []gen.Message) map[string][][]byte {
+func byDir(ms []trafficgen.Message) map[string][][]byte {
 	out := map[string][][]byte{}
 	for _, m := range ms {
 		out[m.Dir] = append(out[m.Dir], m.Body)
@@ -70,12 +70,12 @@ func familyN(name string) int {
 }
 
 func TestRoundTripFamilies(t *testing.T) {
-	for _, fam := range gen.Families {
+	for _, fam := range trafficgen.Families {
 		n := familyN(fam)
 		if testing.Short() {
 			n = min(n, 200)
 		}
-		for dir, msgs := range byDir(gen.Family(fam, n, gen.DefaultSeed)) {
+		for dir, msgs := range byDir(trafficgen.Family(fam, n, trafficgen.DefaultSeed)) {
 			t.Run(fam+"-"+dir, func(t *testing.T) {
 				p := newPair(Options{})
 				var raw, coded int
@@ -94,8 +94,8 @@ func TestRoundTripFamilies(t *testing.T) {
 func TestRoundTripMixed(t *testing.T) {
 	p := newPair(Options{DictBytes: 64 << 10})
 	for round := range 2 {
-		for _, fam := range gen.Families {
-			for _, m := range gen.Family(fam, min(familyN(fam), 40), int64(round+1)) {
+		for _, fam := range trafficgen.Families {
+			for _, m := range trafficgen.Family(fam, min(familyN(fam), 40), int64(round+1)) {
 				p.roundTrip(t, m.Body)
 			}
 		}

@@ -1,9 +1,9 @@
 // Command gen writes the deterministic SOAP traffic corpus of package
-// testdata/gen:
+// internal/trafficgen:
 //
-//	go run ./testdata/gen/cmd/gen -out testdata/corpus [-n N] [-seed S] [-big]
+//	go run ./internal/trafficgen/cmd/gen -out testdata/corpus [-n N] [-seed S] [-big]
 //
-// Without -n each family gets its default count (gen.DefaultN), which is
+// Without -n each family gets its default count (trafficgen.DefaultN), which is
 // what is committed; -big adds the 2 MB array of doubles to edge.
 package main
 
@@ -12,17 +12,17 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/soapgw/soapgw/testdata/gen"
+	"github.com/soapgw/soapgw/internal/trafficgen"
 )
 
 func main() {
 	out := flag.String("out", "testdata/corpus", "output directory")
 	n := flag.Int("n", 0, "messages per family (0: the committed defaults)")
-	seed := flag.Int64("seed", gen.DefaultSeed, "random seed")
+	seed := flag.Int64("seed", trafficgen.DefaultSeed, "random seed")
 	big := flag.Bool("big", false, "also write the 2 MB array-of-doubles edge case")
 	flag.Parse()
-	files := gen.Corpus(*n, *seed, *big)
-	if err := gen.WriteCorpus(*out, files); err != nil {
+	files := trafficgen.Corpus(*n, *seed, *big)
+	if err := trafficgen.WriteCorpus(*out, files); err != nil {
 		fmt.Fprintln(os.Stderr, "gen:", err)
 		os.Exit(1)
 	}

@@ -1,4 +1,4 @@
-package gen
+package trafficgen
 
 import (
 	"bytes"
@@ -176,19 +176,19 @@ func TestChargingOps(t *testing.T) {
 }
 
 // TestCorpusUpToDate fails when testdata/corpus differs from what the
-// generator produces; regenerate with go run ./testdata/gen/cmd/gen.
+// generator produces; regenerate with go run ./internal/trafficgen/cmd/gen.
 func TestCorpusUpToDate(t *testing.T) {
-	root := filepath.Join("..", "corpus")
+	root := filepath.Join("..", "..", "testdata", "corpus")
 	want := Corpus(0, DefaultSeed, false)
 	total := 0
 	for name, body := range want {
 		got, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
 		if err != nil {
-			t.Errorf("%v (regenerate: go run ./testdata/gen/cmd/gen -out testdata/corpus)", err)
+			t.Errorf("%v (regenerate: go run ./internal/trafficgen/cmd/gen -out testdata/corpus)", err)
 			continue
 		}
 		if !bytes.Equal(got, body) {
-			t.Errorf("%s is stale (regenerate: go run ./testdata/gen/cmd/gen -out testdata/corpus)", name)
+			t.Errorf("%s is stale (regenerate: go run ./internal/trafficgen/cmd/gen -out testdata/corpus)", name)
 		}
 		total += len(body)
 	}

@@ -1,9 +1,9 @@
-// Package gen generates deterministic, realistic SOAP traffic modelled on
+// Package trafficgen generates deterministic, realistic SOAP traffic modelled on
 // the message exchanges described in the research papers under
 // /work/shared/seeds (see testdata/README.md). The same family, count and
 // seed always give the same bytes, so the committed corpus under
 // testdata/corpus can be checked against the generator.
-package gen
+package trafficgen
 
 import (
 	"math/rand/v2"
