@@ -7,13 +7,18 @@ BIN := bin/soapgw
 build:
 	$(GO) build -o $(BIN) ./cmd/soapgw
 
-# Every package with the race detector, then the end-to-end tests that run the built
-# binary against real peers (Python zeep/spyne from Debian: see .ci/run). The e2e package
-# runs on its own so that its real processes do not share the 2 cores with the heaviest
-# unit tests (xmltok's sync test, the tunnel stress tests) running beside it.
+# What the tests need from the system first (test-deps), then every package with the race
+# detector, the end-to-end tests that run the built binary against real peers (Python
+# zeep/spyne from Debian, Prometheus, nginx), and the allocation tests without -race. The
+# e2e package runs on its own so that its real processes do not share the 2 cores with
+# the heaviest unit tests (xmltok's sync test, the tunnel stress tests) running beside it.
+# With CI set (as .ci/run runs), a test whose dependency is missing fails instead of
+# skipping (internal/testutil.Needs).
 test: test-deps
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/e2e$$')
 	$(GO) test -race -count=1 -timeout 15m ./e2e/
+	@# Allocation counts are checked without the race detector, which changes them.
+	$(GO) test -count=1 -run 'Allocs|NoAlloc' ./internal/...
 
 # What the tests need from the system (real SOAP stacks, Prometheus, nginx, iproute2):
 # installed when run as root on Debian, else a list of what is missing and how to get it.

@@ -29,6 +29,7 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 
 	"github.com/soapgw/soapgw/internal/config"
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 const (
@@ -283,9 +284,7 @@ func TestKubernetesManifests(t *testing.T) {
 // itself does (generated names with hashes, references to them, images, labels).
 func TestKubernetesRendered(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("kubectl not installed: the rendered manifests are not checked")
-	}
+	testutil.Needs(t, "kubectl", err, "the kubectl package (kubectl kustomize renders the base)")
 	render := func(dir string) []byte {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

@@ -22,6 +22,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // The operations files: the Grafana dashboard, the alert rules and the example scrape
@@ -185,9 +187,8 @@ func withoutThreshold(t *testing.T, r promRule) string {
 func TestPrometheusDashboardAndAlerts(t *testing.T) {
 	promBin, err1 := exec.LookPath("prometheus")
 	promtool, err2 := exec.LookPath("promtool")
-	if err1 != nil || err2 != nil {
-		t.Skip("prometheus/promtool not installed (.ci/run installs Debian's prometheus package)")
-	}
+	testutil.Needs(t, "prometheus", err1, "make test-deps (Debian's prometheus package)")
+	testutil.Needs(t, "promtool", err2, "make test-deps (Debian's prometheus package)")
 	renderOut := os.Getenv("SOAPGW_RENDER_DASHBOARD")
 	loadFor := 3 * time.Second
 	if renderOut != "" {

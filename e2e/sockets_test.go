@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/sockopt"
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // Both ends of every tunnel connection run with the configured minimum RTO (default
@@ -24,11 +25,11 @@ import (
 // is capped below the minimum RTO instead of the kernel's 40 ms on every socket.
 func TestTunnelSocketsRTOMin(t *testing.T) {
 	if err := kernelHasRTOMin(); err != nil {
+		// A property of the kernel, not something an install step provides.
 		t.Skipf("kernel without per-socket minimum RTO: %v", err)
 	}
-	if _, err := exec.LookPath("ss"); err != nil {
-		t.Skip("ss (iproute2) not installed")
-	}
+	_, err := exec.LookPath("ss")
+	testutil.Needs(t, "ss", err, "make test-deps (iproute2)")
 	up := ccStartUpstream(t)
 	a, _, _ := startPair(t, up.URL)
 	_, port, err := net.SplitHostPort(a.Tunnel)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // Real SOAP stacks: a zeep client calls a spyne server directly and through a pair; the
@@ -26,9 +29,9 @@ func zpRequireStack(t *testing.T) {
 	out, err := exec.Command(zpPython, "-c", "import zeep, spyne").CombinedOutput()
 	if err != nil {
 		lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-		t.Skipf("%s cannot import zeep and spyne (%v: %s); install python3-zeep python3-spyne "+
-			"(CI installs them, so this test does run there)", zpPython, err, lines[len(lines)-1])
+		err = fmt.Errorf("%s cannot import zeep and spyne: %w: %s", zpPython, err, lines[len(lines)-1])
 	}
+	testutil.Needs(t, "zeep and spyne", err, "make test-deps (python3-zeep python3-spyne)")
 }
 
 // zpStartServer starts soapstack/server.py and returns its port once it printed READY.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 func TestNginxConfigGeneration(t *testing.T) {
@@ -60,7 +63,7 @@ func needNginx(t *testing.T) string {
 	t.Helper()
 	bin := NginxPath()
 	if bin == "" {
-		t.Skip("nginx not installed (Debian: apt-get install nginx)")
+		testutil.Needs(t, "nginx", errors.New("not found"), "make test-deps (Debian's nginx)")
 	}
 	return bin
 }

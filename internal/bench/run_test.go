@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // corruptConfig puts a proxy between client and server that changes one byte of every
@@ -94,9 +96,7 @@ func TestRunOnEmulatedLAN(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	if err := ProbeEmulator(ctx); err != nil {
-		t.Skipf("link emulator unavailable: %v", err)
-	}
+	testutil.Needs(t, "the link emulator (root, ip netns, /dev/net/tun)", ProbeEmulator(ctx), "run as root with iproute2 (make test-deps)")
 	configs := []string{"direct"}
 	if NginxPath() != "" {
 		configs = append(configs, "nginx-pair")

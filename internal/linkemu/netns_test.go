@@ -4,6 +4,7 @@ package linkemu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 var (
@@ -42,7 +45,7 @@ func needNetns(t testing.TB) {
 		_ = exec.Command("ip", "netns", "del", name).Run()
 	})
 	if netnsSkip != "" {
-		t.Skip(netnsSkip)
+		testutil.Needs(t, "network namespaces", errors.New(netnsSkip), "run as root with iproute2 (make test-deps)")
 	}
 }
 
