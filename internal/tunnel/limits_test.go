@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -424,39 +425,37 @@ func TestStreamFloodLeavesNoStreams(t *testing.T) {
 // grow the control queue without limit (one 16 KiB buffer per ACK). The queue is now bounded
 // and the session closes when a peer exceeds it; control frames use right-sized buffers.
 func TestPingFloodClosesSession(t *testing.T) {
-	raw, conn := net.Pipe()
-	s, err := rawServerSession(t, raw, conn, &Config{KeepaliveInterval: 0}, rawHello())
-	require.NoError(t, err)
-	// One PING: the session's writer answers it and blocks on the pipe nobody reads.
-	_, err = raw.Write(appendFrame(nil, frame.TypePing, 0, 0, frame.AppendPing(nil, 1)))
-	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
-	var flood []byte
-	for i := range 5000 {
-		flood = appendFrame(flood, frame.TypePing, 0, 0, frame.AppendPing(nil, uint64(i)))
-	}
-	_ = raw.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	_, _ = raw.Write(flood) // may time out if the session applies back-pressure: fine
-	queuedNow := func() (n, pinned int) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, q := range s.ctrlQ {
-			pinned += cap(q.payload)
+	// In a synctest bubble: net.Pipe blocks durably, so synctest.Wait returns exactly when
+	// the session has handled everything it was sent, with no sleep to guess that.
+	synctest.Test(t, func(t *testing.T) {
+		raw, conn := net.Pipe()
+		s, err := rawServerSession(t, raw, conn, &Config{KeepaliveInterval: 0}, rawHello())
+		require.NoError(t, err)
+		// One PING: the session's writer answers it and blocks on the pipe nobody reads.
+		_, err = raw.Write(appendFrame(nil, frame.TypePing, 0, 0, frame.AppendPing(nil, 1)))
+		require.NoError(t, err)
+		synctest.Wait() // the writer is blocked on the pipe nobody reads
+		var flood []byte
+		for i := range 5000 {
+			flood = appendFrame(flood, frame.TypePing, 0, 0, frame.AppendPing(nil, uint64(i)))
 		}
-		return len(s.ctrlQ), pinned
-	}
-	// Write returns once the session has read the bytes, maybe before it handled them.
-	queued, pinned := queuedNow()
-	for range 50 {
-		time.Sleep(10 * time.Millisecond)
-		n, p := queuedNow()
-		if n == queued {
-			break
+		_ = raw.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		_, _ = raw.Write(flood) // may time out if the session applies back-pressure: fine
+		queuedNow := func() (n, pinned int) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for _, q := range s.ctrlQ {
+				pinned += cap(q.payload)
+			}
+			return len(s.ctrlQ), pinned
 		}
-		queued, pinned = n, p
-	}
-	t.Logf("control frames queued: %d, bytes pinned: %d", queued, pinned)
-	if s.Err() == nil {
-		require.LessOrEqual(t, queued, 1024, "control queue grows without bound under a PING flood")
-	}
+		// Write returns once the session has read the bytes, maybe before it handled them;
+		// Wait returns once it has.
+		synctest.Wait()
+		queued, pinned := queuedNow()
+		t.Logf("control frames queued: %d, bytes pinned: %d", queued, pinned)
+		if s.Err() == nil {
+			require.LessOrEqual(t, queued, 1024, "control queue grows without bound under a PING flood")
+		}
+	})
 }

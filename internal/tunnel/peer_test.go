@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -182,52 +183,47 @@ func TestPeerReconnectsAfterServerClosesSession(t *testing.T) {
 	require.Equal(t, []byte("re:two"), got)
 }
 
-// Dial failures back off exponentially with jitter, capped at BackoffMax.
+// Dial failures back off exponentially with jitter, capped at BackoffMax. It runs in a
+// synctest bubble: the dialer fails at once and time is the bubble's fake clock, so the
+// gaps between attempts are exactly the backoff the Peer chose, on any machine at any
+// load, and the test takes no wall time.
 func TestPeerBackoffJitteredExponential(t *testing.T) {
-	const bmin, bmax = 10 * time.Millisecond, 80 * time.Millisecond
-	var mu sync.Mutex
-	var at []time.Time
-	p := startPeer(t, "origin.invalid:1", func(c *PeerConfig) {
-		c.BackoffMin, c.BackoffMax = bmin, bmax
-		c.Dial = func(ctx context.Context, _ string) (net.Conn, error) {
-			mu.Lock()
-			at = append(at, time.Now())
-			mu.Unlock()
-			return nil, errors.New("test: dial refused")
+	synctest.Test(t, func(t *testing.T) {
+		const bmin, bmax = 10 * time.Millisecond, 80 * time.Millisecond
+		var mu sync.Mutex
+		var at []time.Time
+		p := NewPeer(context.Background(), PeerConfig{
+			Name: "origin", Address: "origin.invalid:1", Connections: 1, DialTimeout: time.Second,
+			BackoffMin: bmin, BackoffMax: bmax,
+			Dial: func(ctx context.Context, _ string) (net.Conn, error) {
+				mu.Lock()
+				at = append(at, time.Now())
+				mu.Unlock()
+				return nil, errors.New("test: dial refused")
+			},
+		}, nil, nil)
+		time.Sleep(2 * time.Second) // fake time: every timer of the Peer fires on schedule
+		require.NoError(t, p.Close())
+		synctest.Wait() // the Peer's goroutines have exited
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, len(at), 2*int(time.Second/bmax), "attempts in 2 s of backoff")
+		backoff := bmin
+		var capped []time.Duration
+		for i := 1; i < len(at); i++ {
+			g := at[i].Sub(at[i-1])
+			// Full jitter in [backoff/2, backoff): never a reconnect storm, never longer.
+			require.GreaterOrEqual(t, g, backoff/2, "gap %d below half the backoff %v", i, backoff)
+			require.Less(t, g, backoff, "gap %d not below the backoff %v", i, backoff)
+			if backoff == bmax {
+				capped = append(capped, g)
+			}
+			backoff = min(2*backoff, bmax)
 		}
+		// Jitter: the capped delays are not all the same.
+		require.Greater(t, len(slices.Compact(slices.Sorted(slices.Values(capped)))), 1, "no jitter: %v", capped)
 	})
-	const window = time.Second
-	time.Sleep(window)
-	require.NoError(t, p.Close())
-	mu.Lock()
-	defer mu.Unlock()
-	// No reconnect storm: after the first few, attempts are at least bmax/2 apart.
-	require.GreaterOrEqual(t, len(at), 6)
-	require.LessOrEqual(t, len(at), 4+int(window/(bmax/2))+1, "too many attempts in %s", window)
-	var gaps []time.Duration
-	for i := 1; i < len(at); i++ {
-		gaps = append(gaps, at[i].Sub(at[i-1]))
-	}
-	backoff := bmin
-	var capped []time.Duration
-	for i, g := range gaps {
-		require.GreaterOrEqual(t, g, backoff/2-time.Millisecond, "gap %d (%v) below half the backoff %v: %v", i, g, backoff, gaps)
-		if backoff == bmax {
-			capped = append(capped, g)
-		}
-		backoff = min(2*backoff, bmax)
-	}
-	require.Less(t, (gaps[0]+gaps[1])/2, (gaps[len(gaps)-1]+gaps[len(gaps)-2]+gaps[len(gaps)-3])/3, "gaps do not grow: %v", gaps)
-	// Capped: a gap is at most BackoffMax, plus scheduling delay. A loaded machine can
-	// stall one timer, so the bound applies to the median rather than to every gap.
-	sorted := slices.Sorted(slices.Values(capped))
-	require.LessOrEqual(t, sorted[len(sorted)/2], bmax+20*time.Millisecond, "capped gaps above BackoffMax: %v", capped)
-	// Jitter: the capped delays are not all the same.
-	lo, hi := capped[0], capped[0]
-	for _, g := range capped {
-		lo, hi = min(lo, g), max(hi, g)
-	}
-	require.Greater(t, hi-lo, 5*time.Millisecond, "no jitter: %v", capped)
 }
 
 // TestPeerBacksOffWhenSessionsDieAtOnce: a peer that completes the handshake and then drops
