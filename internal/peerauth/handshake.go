@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -239,8 +240,13 @@ func (c *Client) Update(cfg ClientConfig) error {
 		// connection's TLS secrets, is what identifies it (see package doc).
 		tc.InsecureSkipVerify = true
 	}
-	if cfg.Cert != nil {
-		tc.Certificates = []tls.Certificate{*cfg.Cert}
+	if cert := cfg.Cert; cert != nil {
+		// Always present the configured certificate. With tls.Config.Certificates, Go
+		// sends none when its issuer is not among the CA names the origin lists as
+		// acceptable; the origin then reports "client didn't provide a certificate"
+		// (tls_failed) and the edge "certificate required", while the real cause is a
+		// certificate from another CA, which the origin reports as bad_certificate.
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 	}
 	c.cur.Store(&clientState{keys: cfg.Keys, tls: tc})
 	return nil
@@ -250,12 +256,12 @@ func (c *Client) Update(cfg ClientConfig) error {
 // run the tunnel on, or an *Error. It does not close conn on failure.
 func (c *Client) Handshake(ctx context.Context, conn net.Conn) (net.Conn, error) {
 	if c.insecure {
-		return conn, nil
+		return &silentCloseConn{Conn: conn, hint: hintInsecureEdge}, nil
 	}
 	stop := bindDeadline(ctx, conn)
 	defer stop()
 	st := c.cur.Load()
-	tc := tls.Client(conn, st.tls)
+	tc := tls.Client(&silentCloseConn{Conn: conn, hint: hintSecureEdge}, st.tls)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, fail(ResultTLS, err)
 	}
@@ -314,6 +320,53 @@ func peekByte(conn net.Conn) (byte, error) {
 	return b[0], err
 }
 
+// Hints for an edge whose origin closed the connection before sending a byte: what an
+// origin in another mode does (see SPEC.md, Modes), which would otherwise reach the
+// operator as a bare EOF or connection reset.
+const (
+	hintInsecureEdge = "the origin closed the connection without answering the plaintext tunnel handshake: " +
+		"if it requires authentication, this peer needs its auth or tls settings instead of insecure: true"
+	hintSecureEdge = "the origin closed the connection without answering TLS: " +
+		"if it runs with insecure: true, this peer needs insecure: true too"
+)
+
+// silentCloseConn adds hint to a read that fails because the peer closed the connection
+// before it sent a single byte.
+type silentCloseConn struct {
+	net.Conn
+	hint string
+	got  atomic.Bool // a byte arrived
+}
+
+func (c *silentCloseConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.got.Store(true)
+	} else if err != nil && !c.got.Load() && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		err = &hintError{err: err, hint: c.hint}
+	}
+	return n, err
+}
+
+// CloseWrite half-closes the underlying connection, as the tunnel's graceful close needs.
+func (c *silentCloseConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() + " (" + e.hint + ")" }
+func (e *hintError) Unwrap() error { return e.err }
+
+// closeWrite half-closes conn if it can (a TCP connection).
+func closeWrite(conn net.Conn) error {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 // prefixConn replays bytes already read from its connection before reading on.
 type prefixConn struct {
 	net.Conn
@@ -328,3 +381,9 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
+
+// CloseWrite half-closes the underlying connection. The tunnel session closes gracefully
+// with a half-close (a close with unread input would send RST, which can make the peer's
+// kernel drop the last responses); without this method an insecure origin's sessions
+// lost that and were closed outright.
+func (c *prefixConn) CloseWrite() error { return closeWrite(c.Conn) }

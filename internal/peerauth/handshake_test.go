@@ -41,7 +41,14 @@ type testPKI struct {
 
 func newTestPKI(t testing.TB) *testPKI {
 	t.Helper()
-	caPEM, caKeyPEM, err := NewCertificatePEM("test CA", nil, nil)
+	return newTestPKINamed(t, "test CA")
+}
+
+// newTestPKINamed is newTestPKI with a CA of the given name: a TLS client learns only
+// the names of the CAs a server accepts, so a CA of another name is told apart earlier.
+func newTestPKINamed(t testing.TB, caName string) *testPKI {
+	t.Helper()
+	caPEM, caKeyPEM, err := NewCertificatePEM(caName, nil, nil)
 	require.NoError(t, err)
 	ca, err := tls.X509KeyPair(caPEM, caKeyPEM)
 	require.NoError(t, err)
@@ -138,7 +145,7 @@ func resultOf(err error) string {
 
 func TestHandshake(t *testing.T) {
 	k1, k2, k3 := newTestKey(t), newTestKey(t), newTestKey(t)
-	pki, other := newTestPKI(t), newTestPKI(t)
+	pki, other, stranger := newTestPKI(t), newTestPKI(t), newTestPKINamed(t, "another CA")
 	mustServer := func(cfg ServerConfig) *Server {
 		s, err := NewServer(cfg)
 		require.NoError(t, err)
@@ -164,17 +171,18 @@ func TestHandshake(t *testing.T) {
 		clientErr  error  // errors.Is target on the client's error, when the server refuses
 		who        string // prefix of the server's description of the peer
 	}{
-		"shared key":                     {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), "", nil, "key " + k1.ID().String()},
-		"rotation: new key first":        {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k2, k1)}), "", nil, "key " + k2.ID().String()},
-		"wrong key":                      {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k3)}), ResultBadKey, ErrKeyRefused, ""},
-		"mutual TLS":                     {mtlsServer, mtlsClient(pki.pool, pki.edge), "", nil, "certificate CN=edge.test"},
-		"mutual TLS and key":             {bothServer, mustClient(ClientConfig{Keys: testKeyring(t, k1), VerifyServer: true, RootCAs: pki.pool, ServerName: "origin.test", Cert: pki.edge}), "", nil, "certificate CN=edge.test,O=soapgw, key"},
-		"key but no client certificate":  {bothServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), ResultTLS, nil, ""},
-		"client cert from another CA":    {mtlsServer, mtlsClient(pki.pool, other.edge), ResultBadCertificate, nil, ""},
-		"insecure both":                  {insecureServer, mustClient(ClientConfig{Insecure: true}), "", nil, "unauthenticated"},
-		"insecure edge, secure origin":   {keyServer, mustClient(ClientConfig{Insecure: true}), ResultNotTLS, nil, ""},
-		"secure edge, insecure origin":   {insecureServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), ResultUnexpectedTLS, nil, ""},
-		"edge distrusts the origin's CA": {mtlsServer, mtlsClient(other.pool, pki.edge), ResultTLS, nil, ""},
+		"shared key":                            {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), "", nil, "key " + k1.ID().String()},
+		"rotation: new key first":               {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k2, k1)}), "", nil, "key " + k2.ID().String()},
+		"wrong key":                             {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k3)}), ResultBadKey, ErrKeyRefused, ""},
+		"mutual TLS":                            {mtlsServer, mtlsClient(pki.pool, pki.edge), "", nil, "certificate CN=edge.test"},
+		"mutual TLS and key":                    {bothServer, mustClient(ClientConfig{Keys: testKeyring(t, k1), VerifyServer: true, RootCAs: pki.pool, ServerName: "origin.test", Cert: pki.edge}), "", nil, "certificate CN=edge.test,O=soapgw, key"},
+		"key but no client certificate":         {bothServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), ResultTLS, nil, ""},
+		"client cert from another CA":           {mtlsServer, mtlsClient(pki.pool, other.edge), ResultBadCertificate, nil, ""},
+		"client cert from a CA of another name": {mtlsServer, mtlsClient(pki.pool, stranger.edge), ResultBadCertificate, nil, ""},
+		"insecure both":                         {insecureServer, mustClient(ClientConfig{Insecure: true}), "", nil, "unauthenticated"},
+		"insecure edge, secure origin":          {keyServer, mustClient(ClientConfig{Insecure: true}), ResultNotTLS, nil, ""},
+		"secure edge, insecure origin":          {insecureServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), ResultUnexpectedTLS, nil, ""},
+		"edge distrusts the origin's CA":        {mtlsServer, mtlsClient(other.pool, pki.edge), ResultTLS, nil, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if tc.client.Insecure() && !tc.server.Insecure() {
@@ -396,5 +404,85 @@ func BenchmarkHandshake(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "handshakes/s")
 		})
+	}
+}
+
+// TestMismatchedModesSayWhy: an origin in another mode closes the connection without a
+// word; the edge's error says what that likely means instead of a bare EOF or reset.
+func TestMismatchedModesSayWhy(t *testing.T) {
+	k := newTestKey(t)
+	keyServer, err := NewServer(ServerConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	insecureServer, err := NewServer(ServerConfig{Insecure: true})
+	require.NoError(t, err)
+	keyClient, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	insecureClient, err := NewClient(ClientConfig{Insecure: true})
+	require.NoError(t, err)
+
+	t.Run("secure edge, insecure origin", func(t *testing.T) {
+		srv, cli := handshake(t, insecureServer, keyClient)
+		require.Equal(t, ResultUnexpectedTLS, resultOf(srv.err))
+		require.Equal(t, ResultTLS, resultOf(cli.err))
+		require.ErrorContains(t, cli.err, "without answering TLS: if it runs with insecure: true, this peer needs insecure: true too")
+	})
+
+	t.Run("insecure edge, secure origin", func(t *testing.T) {
+		cc, sc := pipeTCP(t)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := keyServer.Handshake(context.Background(), sc)
+			_ = sc.Close() // as the tunnel server does
+			done <- err
+		}()
+		conn, err := insecureClient.Handshake(context.Background(), cc)
+		require.NoError(t, err)
+		_, err = conn.Write([]byte{0, 0, 2, 5, 0, 0, 0, 0, 0, '{', '}'}) // stands in for a HELLO
+		require.NoError(t, err)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = conn.Read(make([]byte, 16))
+		require.ErrorContains(t, err, "without answering the plaintext tunnel handshake")
+		require.Equal(t, ResultNotTLS, resultOf(<-done))
+	})
+
+	t.Run("no hint once the origin spoke", func(t *testing.T) {
+		srv, cli := handshake(t, insecureServer, insecureClient)
+		require.NoError(t, srv.err)
+		require.NoError(t, cli.err)
+		_, err := srv.conn.Write([]byte("x"))
+		require.NoError(t, err)
+		require.NoError(t, srv.conn.Close())
+		b := make([]byte, 1)
+		_, err = io.ReadFull(cli.conn, b)
+		require.NoError(t, err)
+		_, err = cli.conn.Read(b)
+		require.Equal(t, io.EOF, err, "a close after the handshake is a plain EOF")
+	})
+}
+
+// TestInsecureConnectionsHalfClose: the connections an insecure origin and edge run their
+// tunnel on can half-close, as the tunnel's graceful close needs (a full close with
+// unread input sends RST, which can drop the last responses at the peer).
+func TestInsecureConnectionsHalfClose(t *testing.T) {
+	s, err := NewServer(ServerConfig{Insecure: true})
+	require.NoError(t, err)
+	c, err := NewClient(ClientConfig{Insecure: true})
+	require.NoError(t, err)
+	srv, cli := handshake(t, s, c)
+	require.NoError(t, srv.err)
+	require.NoError(t, cli.err)
+	for _, end := range []struct {
+		name     string
+		from, to net.Conn
+	}{{"origin", srv.conn, cli.conn}, {"edge", cli.conn, srv.conn}} {
+		cw, ok := end.from.(interface{ CloseWrite() error })
+		require.True(t, ok, "the %s's connection (%T) cannot half-close", end.name, end.from)
+		_, err := end.from.Write([]byte("last"))
+		require.NoError(t, err)
+		require.NoError(t, cw.CloseWrite())
+		_ = end.to.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(end.to)
+		require.NoError(t, err)
+		require.Equal(t, "last", string(got))
 	}
 }
