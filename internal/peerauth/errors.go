@@ -13,7 +13,7 @@ const (
 	ResultTimeout        = "timeout"         // the peer did not finish within the deadline
 	ResultNotTLS         = "not_tls"         // plaintext (an insecure edge?) or garbage where TLS was expected
 	ResultUnexpectedTLS  = "unexpected_tls"  // TLS where an insecure origin expected plaintext
-	ResultTLS            = "tls_failed"      // TLS handshake failed (no or unknown client certificate, bad record...)
+	ResultTLS            = "tls_failed"      // TLS handshake failed (no client certificate, a replayed or corrupt record...)
 	ResultBadCertificate = "bad_certificate" // a certificate did not verify
 	ResultBadKey         = "bad_key"         // unknown key, or a proof that does not verify
 	ResultProtocol       = "protocol_error"  // not a proof message
