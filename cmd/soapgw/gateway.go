@@ -43,7 +43,8 @@ type gateway struct {
 	insecure  *prometheus.GaugeVec
 	reloads   *prometheus.CounterVec
 	codecs    *codecs
-	reloadMu  sync.Mutex // one reload at a time; guards cfg after start
+	credWatch *fileWatcher // the credential files, as loaded at start
+	reloadMu  sync.Mutex   // one reload at a time; guards cfg after start
 	stopWatch context.CancelFunc
 
 	admin *admin.Server
@@ -100,6 +101,13 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	}
 
 	g.codecs = cs
+	// The credential files' contents are taken before they are loaded, so a change that
+	// lands in between is seen at the first poll instead of being missed.
+	g.credWatch = newFileWatcher(func() []string {
+		g.reloadMu.Lock()
+		defer g.reloadMu.Unlock()
+		return credentialFiles(g.cfg)
+	})
 	socks := &tunnelSockets{log: log}
 	if cfg.Origin != nil {
 		if err := g.startOrigin(cfg.Origin, cs, socks, tm, pm, lim); err != nil {

@@ -24,11 +24,7 @@ const credentialPoll = 2 * time.Second
 // the gateway shuts down. Connections already authenticated are not touched: new
 // credentials apply to the next tunnel connection, so in-flight exchanges never notice.
 func (g *gateway) watchCredentials(ctx context.Context) {
-	w := newFileWatcher(func() []string {
-		g.reloadMu.Lock()
-		defer g.reloadMu.Unlock()
-		return credentialFiles(g.cfg)
-	})
+	w := g.credWatch
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -120,7 +116,7 @@ func (g *gateway) countReload(trigger string, err error) {
 }
 
 // applyCredentials loads every credential cfg names and swaps them in; nothing changes
-// unless all of them load.
+// unless all of them load and none switches insecure on or off (which needs a restart).
 func (g *gateway) applyCredentials(cfg *config.Config) error {
 	var updates []func() error
 	if g.originAuth != nil && cfg.Origin != nil {
@@ -128,7 +124,15 @@ func (g *gateway) applyCredentials(cfg *config.Config) error {
 		if err != nil {
 			return err
 		}
-		updates = append(updates, func() error { return g.originAuth.Update(ac) })
+		if ac.Insecure != g.originAuth.Insecure() {
+			return fmt.Errorf("origin.insecure: switching it needs a restart; nothing was reloaded")
+		}
+		updates = append(updates, func() error {
+			if err := g.originAuth.Update(ac); err != nil {
+				return fmt.Errorf("origin: %w", err)
+			}
+			return nil
+		})
 	}
 	if cfg.Edge != nil {
 		for i, p := range cfg.Edge.Peers {
@@ -140,6 +144,9 @@ func (g *gateway) applyCredentials(cfg *config.Config) error {
 			cc, err := peerAuth(p, field)
 			if err != nil {
 				return err
+			}
+			if cc.Insecure != auth.Insecure() {
+				return fmt.Errorf("%s.insecure: switching it needs a restart; nothing was reloaded", field)
 			}
 			updates = append(updates, func() error {
 				if err := auth.Update(cc); err != nil {
