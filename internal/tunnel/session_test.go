@@ -103,6 +103,7 @@ func TestConcurrentStreamsInterleave(t *testing.T) {
 func TestSmallNotBlockedByLarge(t *testing.T) {
 	c, s := sessionPair(t, tcpPair, nil, nil)
 	release := make(chan struct{})
+	held := make(chan struct{}) // the big exchange has reached the server and is held there
 	go func() {
 		for {
 			st, err := s.AcceptStream(context.Background())
@@ -113,6 +114,7 @@ func TestSmallNotBlockedByLarge(t *testing.T) {
 				defer st.Close()
 				b, _ := io.ReadAll(st)
 				if len(b) > 1000 {
+					close(held)
 					<-release // the big one is held at the server
 				}
 				_, _ = st.Write(b[:10])
@@ -126,7 +128,7 @@ func TestSmallNotBlockedByLarge(t *testing.T) {
 		_, _ = big.Write(make([]byte, 8<<20)) // more than a window: stalls on credit
 		_ = big.CloseWrite()
 	}()
-	time.Sleep(20 * time.Millisecond)
+	<-held // an event, not a sleep: the big exchange is in progress when the small one starts
 	got, err := exchange(context.Background(), c, []byte("small message"))
 	require.NoError(t, err)
 	require.Equal(t, []byte("small mess"), got)
