@@ -226,12 +226,15 @@ func TestLifecycleAdminEndpoints(t *testing.T) {
 	for i := range calls {
 		frNormalCall(t, a.Edge, fmt.Sprintf("/echo/metrics-%d", i))
 	}
-	// Both tunnel connections come up (each slot reconnects on its own backoff).
+	// Both tunnel connections come up (each slot reconnects on its own backoff), and the
+	// last exchange is counted: the edge records an exchange after writing its response,
+	// so a client can hold the response a moment before the counter moves.
 	var m string
+	counted := fmt.Sprintf(`soapgw_exchanges_total{code="200",operation="e2e",outcome="ok",role="edge",upstream="svc"} %d`, calls)
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		code, m = httpGet("http://" + a.EdgeAdmin + "/metrics")
 		require.Equal(t, 200, code)
-		if strings.Contains(m, `soapgw_tunnel_sessions{peer="dc1"} 2`) || time.Now().After(deadline) {
+		if strings.Contains(m, `soapgw_tunnel_sessions{peer="dc1"} 2`) && strings.Contains(m, counted) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -241,8 +244,16 @@ func TestLifecycleAdminEndpoints(t *testing.T) {
 	require.Contains(t, m, "# TYPE soapgw_tunnel_sessions gauge")
 	require.Contains(t, m, `soapgw_tunnel_sessions{peer="dc1"} 2`, "edgeYAML asks for 2 connections")
 
-	code, m = httpGet("http://" + a.OriginAdmin + "/metrics")
-	require.Equal(t, 200, code)
-	require.Contains(t, m, fmt.Sprintf(`soapgw_exchanges_total{code="200",operation="e2e",outcome="ok",role="origin",upstream="svc"} %d`, calls))
+	// The origin counts an exchange after its last frame left, which the client may see first.
+	originCounted := fmt.Sprintf(`soapgw_exchanges_total{code="200",operation="e2e",outcome="ok",role="origin",upstream="svc"} %d`, calls)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		code, m = httpGet("http://" + a.OriginAdmin + "/metrics")
+		require.Equal(t, 200, code)
+		if strings.Contains(m, originCounted) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Contains(t, m, originCounted)
 	require.True(t, strings.Contains(m, "soapgw_tunnel_sessions{"), "origin metrics:\n%s", m)
 }
