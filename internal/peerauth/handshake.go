@@ -1,6 +1,7 @@
 package peerauth
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,7 +37,8 @@ type ServerConfig struct {
 // (Update) without touching connections already authenticated.
 type Server struct {
 	insecure   bool
-	selfSigned *tls.Certificate // made once, used while no Cert is configured
+	mu         sync.Mutex       // serializes Update
+	selfSigned *tls.Certificate // made once, used while no Cert is configured; guarded by mu
 	cur        atomic.Pointer[serverState]
 }
 
@@ -57,8 +60,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) Insecure() bool { return s.insecure }
 
 // Update replaces the credentials used for new connections. Switching between insecure
-// and authenticated needs a restart.
+// and authenticated needs a restart. It is safe to call concurrently with Handshake and
+// with itself.
 func (s *Server) Update(cfg ServerConfig) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if cfg.Insecure != s.insecure {
 		return errors.New("switching insecure on or off needs a restart")
 	}
@@ -121,7 +127,10 @@ func (s *Server) Handshake(ctx context.Context, conn net.Conn) (net.Conn, string
 	}
 	st := s.cur.Load()
 	tc := tls.Server(pc, st.tls)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	// Handshake, not HandshakeContext: bindDeadline already ends the handshake with ctx,
+	// and HandshakeContext would close conn when ctx ends, which this method promises
+	// not to do.
+	if err := tc.Handshake(); err != nil {
 		return nil, "", fail(ResultTLS, err)
 	}
 	who := ""
@@ -154,6 +163,11 @@ func serverProof(tc *tls.Conn, keys *Keyring) (KeyID, error) {
 	}
 	p, err := ParseProof(b)
 	if err != nil {
+		if !bytes.HasPrefix(b, proofMagic[:]) {
+			// Most likely the tunnel HELLO of an edge that authenticates by certificate
+			// alone, while this origin also requires the shared key.
+			err = fmt.Errorf("%w (the edge sent no key proof: this origin requires the shared key, auth, as well)", err)
+		}
 		return KeyID{}, &Error{Result: ResultProtocol, Err: err}
 	}
 	if p.Kind != KindEdge {
@@ -262,7 +276,7 @@ func (c *Client) Handshake(ctx context.Context, conn net.Conn) (net.Conn, error)
 	defer stop()
 	st := c.cur.Load()
 	tc := tls.Client(&silentCloseConn{Conn: conn, hint: hintSecureEdge}, st.tls)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	if err := tc.Handshake(); err != nil { // bounded by bindDeadline, as in Server.Handshake
 		return nil, fail(ResultTLS, err)
 	}
 	if st.keys == nil {
@@ -302,14 +316,24 @@ func exporter(tc *tls.Conn) ([]byte, error) {
 }
 
 // bindDeadline makes conn's I/O fail when ctx ends (its deadline, or cancellation), and
-// returns a function that undoes that.
+// returns a function that undoes that. Once stop has returned, conn has no deadline and
+// nothing will set one.
 func bindDeadline(ctx context.Context, conn net.Conn) (stop func()) {
 	if d, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(d)
 	}
-	unhook := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	hooked := make(chan struct{})
+	unhook := context.AfterFunc(ctx, func() {
+		defer close(hooked)
+		_ = conn.SetDeadline(time.Unix(1, 0))
+	})
 	return func() {
-		unhook()
+		if !unhook() {
+			// ctx ended while the handshake finished, and the hook runs on its own
+			// goroutine: wait for it, or its past deadline could land after the reset
+			// below and break a connection handed out as authenticated.
+			<-hooked
+		}
 		_ = conn.SetDeadline(time.Time{})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -97,9 +98,15 @@ type result struct {
 // handshake runs both sides concurrently over loopback TCP, within a deadline.
 func handshake(t testing.TB, s *Server, c *Client) (srv, cli result) {
 	t.Helper()
-	cc, sc := pipeTCP(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	return handshakeWithin(t, ctx, s, c)
+}
+
+// handshakeWithin is handshake with the caller's ctx.
+func handshakeWithin(t testing.TB, ctx context.Context, s *Server, c *Client) (srv, cli result) {
+	t.Helper()
+	cc, sc := pipeTCP(t)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -172,6 +179,7 @@ func TestHandshake(t *testing.T) {
 		who        string // prefix of the server's description of the peer
 	}{
 		"shared key":                            {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k1)}), "", nil, "key " + k1.ID().String()},
+		"rotation: old key first":               {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k1, k2)}), "", nil, "key " + k1.ID().String()},
 		"rotation: new key first":               {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k2, k1)}), "", nil, "key " + k2.ID().String()},
 		"wrong key":                             {keyServer, mustClient(ClientConfig{Keys: testKeyring(t, k3)}), ResultBadKey, ErrKeyRefused, ""},
 		"mutual TLS":                            {mtlsServer, mtlsClient(pki.pool, pki.edge), "", nil, "certificate CN=edge.test"},
@@ -275,7 +283,11 @@ func TestHandshakeReplayedCaptureFails(t *testing.T) {
 	defer cancel()
 	_, _, err = s.Handshake(ctx, sc2)
 	require.Error(t, err)
-	require.Contains(t, []string{ResultTLS, ResultTimeout}, resultOf(err), "%v", err)
+	// The origin answers the replayed ClientHello with fresh randoms and a fresh key
+	// share, so the replayed Finished was encrypted under keys this connection does not
+	// have: TLS fails on it, before any proof is read.
+	require.Equal(t, ResultTLS, resultOf(err), "%v", err)
+	require.ErrorContains(t, err, "bad record MAC")
 }
 
 // TestHandshakeMachineInTheMiddle: a relay that terminates the edge's TLS itself and
@@ -312,10 +324,77 @@ func TestHandshakeMachineInTheMiddle(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_, err = edge.Handshake(ctx, edgeSide)
+	conn, err := edge.Handshake(ctx, edgeSide)
 	require.Error(t, err, "the edge must not authenticate through a relay")
-	require.True(t, errors.Is(err, ErrKeyRefused) || errors.Is(err, ErrOriginProof), "%v", err)
+	require.Nil(t, conn)
+	// The relayed edge proof is bound to the edge↔relay exporter, so the origin refuses
+	// it, and the relay can only pass the refusal on.
+	require.ErrorIs(t, err, ErrKeyRefused)
 	require.Equal(t, ResultBadKey, resultOf(<-originErr), "the origin refuses the relayed proof")
+}
+
+// TestHandshakeImpostorOrigins: whatever a party without the key answers the edge's
+// proof with, the edge refuses to go on.
+func TestHandshakeImpostorOrigins(t *testing.T) {
+	k, other := newTestKey(t), newTestKey(t)
+	edge, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	otherOrigin, err := NewServer(ServerConfig{Keys: testKeyring(t, other)})
+	require.NoError(t, err)
+	cert, err := SelfSignedCertificate("impostor")
+	require.NoError(t, err)
+
+	// impostor completes TLS with the edge, reads its proof and sends answer(proof).
+	impostor := func(answer func(edgeProof []byte) []byte) func(net.Conn) {
+		return func(c net.Conn) {
+			tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS13})
+			b := make([]byte, ProofLen)
+			if _, err := io.ReadFull(tc, b); err != nil {
+				return
+			}
+			_, _ = tc.Write(answer(b))
+		}
+	}
+	for name, tc := range map[string]struct {
+		origin func(net.Conn)
+		want   error  // errors.Is target
+		result string // the edge's Error.Result
+	}{
+		"an origin with another key": {func(c net.Conn) {
+			_, _, _ = otherOrigin.Handshake(context.Background(), c)
+		}, ErrKeyRefused, ResultBadKey},
+		"reflects the edge's proof as the origin's": {impostor(func(p []byte) []byte {
+			p[5] = byte(KindOrigin)
+			return p
+		}), ErrOriginProof, ResultBadKey},
+		"sends back the edge's proof unchanged": {impostor(func(p []byte) []byte { return p }), ErrOriginProof, ResultBadKey},
+		"an origin proof of its own key": {impostor(func([]byte) []byte {
+			return newProof(other, KindOrigin, make([]byte, 32)).Append(nil)
+		}), ErrOriginProof, ResultBadKey},
+		"the right key id, a guessed MAC": {impostor(func(p []byte) []byte {
+			p[5] = byte(KindOrigin)
+			copy(p[14:], bytes.Repeat([]byte{0xa5}, 32))
+			return p
+		}), ErrOriginProof, ResultBadKey},
+		"not a proof": {impostor(func([]byte) []byte { return bytes.Repeat([]byte{'x'}, ProofLen) }), ErrMalformedProof, ResultProtocol},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cc, sc := pipeTCP(t)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				tc.origin(sc)
+				_ = sc.Close()
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			conn, err := edge.Handshake(ctx, cc)
+			require.Nil(t, conn, "the edge must not authenticate an impostor")
+			require.ErrorIs(t, err, tc.want)
+			require.Equal(t, tc.result, resultOf(err), "%v", err)
+			<-done
+		})
+	}
 }
 
 func TestUpdateAppliesToNewConnectionsOnly(t *testing.T) {
@@ -337,8 +416,223 @@ func TestUpdateAppliesToNewConnectionsOnly(t *testing.T) {
 	_, cli3 := handshake(t, s, c2)
 	require.NoError(t, cli3.err)
 
+	// The same for the edge: after Update, its next connection proves with the new key.
+	require.NoError(t, c1.Update(ClientConfig{Keys: testKeyring(t, k2)}))
+	srv4, cli4 := handshake(t, s, c1)
+	require.NoError(t, cli4.err)
+	require.Contains(t, srv4.who, "key "+k2.ID().String())
+	requireChannel(t, cli.conn, srv.conn) // and the first connection still lives on
+
 	require.ErrorContains(t, s.Update(ServerConfig{Insecure: true}), "restart")
 	require.ErrorContains(t, c2.Update(ClientConfig{Insecure: true}), "restart")
+	insecure, err := NewServer(ServerConfig{Insecure: true})
+	require.NoError(t, err)
+	require.ErrorContains(t, insecure.Update(ServerConfig{Keys: testKeyring(t, k1)}), "restart")
+	require.ErrorContains(t, s.Update(ServerConfig{}), "no way to authenticate edges")
+	_, cli5 := handshake(t, s, c1)
+	require.NoError(t, cli5.err, "a refused Update leaves the credentials as they were")
+}
+
+// TestServerUpdateConcurrently: reloads may overlap; the self-made certificate is made
+// once, without a data race (go test -race).
+func TestServerUpdateConcurrently(t *testing.T) {
+	k := newTestKey(t)
+	pki := newTestPKI(t)
+	s, err := NewServer(ServerConfig{Keys: testKeyring(t, k), Cert: pki.origin})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { require.NoError(t, s.Update(ServerConfig{Keys: testKeyring(t, k)})) })
+	}
+	wg.Wait()
+	c, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	srv, cli := handshake(t, s, c)
+	require.NoError(t, srv.err)
+	require.NoError(t, cli.err)
+}
+
+// TestHandshakeLeavesNoDeadline: the ctx bounds the handshake only; connections handed
+// out keep working after it has ended.
+func TestHandshakeLeavesNoDeadline(t *testing.T) {
+	k := newTestKey(t)
+	s, err := NewServer(ServerConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	c, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	srv, cli := handshakeWithin(t, ctx, s, c)
+	require.NoError(t, srv.err)
+	require.NoError(t, cli.err)
+	<-ctx.Done()
+	requireChannel(t, cli.conn, srv.conn)
+	requireChannel(t, srv.conn, cli.conn)
+}
+
+// TestHandshakeFailureLeavesConnOpen: Handshake does not close the connection it was
+// given, even when ctx ends in the middle of TLS; the caller does.
+func TestHandshakeFailureLeavesConnOpen(t *testing.T) {
+	k := newTestKey(t)
+	s, err := NewServer(ServerConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+	c, err := NewClient(ClientConfig{Keys: testKeyring(t, k)})
+	require.NoError(t, err)
+
+	t.Run("server", func(t *testing.T) {
+		cc, sc := pipeTCP(t)
+		// A TLS record header announcing 100 bytes, then 3 of them: the origin is inside
+		// the TLS handshake when ctx ends.
+		_, err := cc.Write([]byte{0x16, 0x03, 0x01, 0, 100, 1, 0, 0})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, _, err = s.Handshake(ctx, sc)
+		require.Equal(t, ResultTimeout, resultOf(err), "%v", err)
+		requireChannel(t, sc, cc)
+	})
+	t.Run("client", func(t *testing.T) {
+		cc, sc := pipeTCP(t) // an origin that never answers
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := c.Handshake(ctx, cc)
+		require.Equal(t, ResultTimeout, resultOf(err), "%v", err)
+		got := make([]byte, 5)
+		_, err = io.ReadFull(sc, got) // the ClientHello's record header
+		require.NoError(t, err)
+		require.Equal(t, byte(0x16), got[0])
+		_, err = cc.Write([]byte("x"))
+		require.NoError(t, err, "the edge's connection is still open")
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		cc, sc := pipeTCP(t) // a silent edge; the origin shuts down
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, _, err := s.Handshake(ctx, sc)
+		require.Error(t, err)
+		requireChannel(t, sc, cc)
+	})
+}
+
+// deadlineConn records deadlines. A deadline in the past (what bindDeadline sets when
+// ctx ends) blocks in SetDeadline until release is closed.
+type deadlineConn struct {
+	net.Conn
+	entered, release chan struct{}
+
+	mu       sync.Mutex
+	deadline time.Time
+	inHook   bool
+	overlap  bool // a deadline was set while the past one was being set
+}
+
+func (c *deadlineConn) SetDeadline(d time.Time) error {
+	if !d.IsZero() && d.Before(time.Unix(2, 0)) {
+		c.mu.Lock()
+		c.inHook = true
+		c.mu.Unlock()
+		close(c.entered)
+		<-c.release
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.deadline, c.inHook = d, false
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.overlap = c.overlap || c.inHook
+	c.deadline = d
+	return nil
+}
+
+// TestBindDeadlineStopWaitsForTheHook: when ctx ends just as a handshake succeeds, the
+// hook that sets a past deadline runs on its own goroutine; stop must not return before
+// it has, or the past deadline would land on a connection handed out as good (its first
+// read in the tunnel would time out).
+func TestBindDeadlineStopWaitsForTheHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &deadlineConn{entered: make(chan struct{}), release: make(chan struct{})}
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := bindDeadline(ctx, c)
+		cancel()
+		<-c.entered // the hook is setting its past deadline
+		stopped := make(chan struct{})
+		go func() {
+			stop()
+			close(stopped)
+		}()
+		synctest.Wait() // stop has returned, or is blocked for good
+		early := false
+		select {
+		case <-stopped:
+			early = true
+		default:
+		}
+		close(c.release)
+		<-stopped
+		require.False(t, early, "stop returned while the ctx hook was still setting its deadline")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		require.False(t, c.overlap)
+		require.True(t, c.deadline.IsZero(), "no deadline left after stop: %v", c.deadline)
+	})
+}
+
+// TestHandshakeMutualTLSMismatches: mutual-TLS origins refuse an edge that lacks what
+// they require, with the cause.
+func TestHandshakeMutualTLSMismatches(t *testing.T) {
+	k := newTestKey(t)
+	pki := newTestPKI(t)
+	mtlsServer, err := NewServer(ServerConfig{Cert: pki.origin, ClientCAs: pki.pool})
+	require.NoError(t, err)
+	bothServer, err := NewServer(ServerConfig{Keys: testKeyring(t, k), Cert: pki.origin, ClientCAs: pki.pool})
+	require.NoError(t, err)
+	run := func(s *Server, client func(net.Conn)) error {
+		cc, sc := pipeTCP(t)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			client(cc)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err := s.Handshake(ctx, sc)
+		_ = sc.Close()
+		<-done
+		return err
+	}
+
+	t.Run("no client certificate", func(t *testing.T) {
+		// NewClient wants a key or a certificate; a bare TLS client stands in for an edge
+		// with neither.
+		err := run(mtlsServer, func(c net.Conn) {
+			tc := tls.Client(c, &tls.Config{RootCAs: pki.pool, ServerName: "origin.test", MinVersion: tls.VersionTLS13})
+			if tc.Handshake() == nil {
+				_, _ = tc.Read(make([]byte, 1)) // the origin's alert
+			}
+		})
+		require.Equal(t, ResultTLS, resultOf(err), "%v", err)
+		require.ErrorContains(t, err, "didn't provide a certificate")
+	})
+
+	t.Run("certificate but no key", func(t *testing.T) {
+		c, err := NewClient(ClientConfig{VerifyServer: true, RootCAs: pki.pool, ServerName: "origin.test", Cert: pki.edge})
+		require.NoError(t, err)
+		err = run(bothServer, func(cc net.Conn) {
+			conn, err := c.Handshake(context.Background(), cc)
+			if err != nil {
+				return
+			}
+			// What the edge's tunnel sends first: its HELLO frame (type 5), longer than a proof.
+			hello := `{"proto":3,"node":"edge-1","codecs":[0,1,2],"max_frame":65536,"window":262144,"max_streams":100}`
+			frame := append([]byte{0, 0, byte(len(hello)), 5, 0, 0, 0, 0, 0}, hello...)
+			_, _ = conn.Write(frame)
+			_, _ = conn.Read(make([]byte, 1))
+		})
+		require.Equal(t, ResultProtocol, resultOf(err), "%v", err)
+		require.ErrorIs(t, err, ErrMalformedProof)
+		require.ErrorContains(t, err, "the edge sent no key proof")
+	})
 }
 
 func TestConfigsThatCannotAuthenticate(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -77,7 +78,7 @@ func NewKeyring(keys ...Key) (*Keyring, error) {
 		}
 		seen[k.id] = true
 	}
-	return &Keyring{keys: keys}, nil
+	return &Keyring{keys: slices.Clone(keys)}, nil
 }
 
 // Primary is the key this side proves with.
@@ -107,6 +108,7 @@ func (r *Keyring) IDs() []string {
 // starting with # are ignored. Errors carry name:line.
 func ParseKeys(name string, data []byte) (*Keyring, error) {
 	var keys []Key
+	lineOf := map[KeyID]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	line := 0
@@ -124,6 +126,10 @@ func ParseKeys(name string, data []byte) (*Keyring, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}
+		if first, dup := lineOf[k.id]; dup {
+			return nil, fmt.Errorf("%s:%d: key %s listed twice (also on line %d)", name, line, k.id, first)
+		}
+		lineOf[k.id] = line
 		keys = append(keys, k)
 	}
 	if err := sc.Err(); err != nil {
@@ -142,7 +148,14 @@ func ParseKeys(name string, data []byte) (*Keyring, error) {
 // decodeKey accepts hex (an even number of hex digits) or base64, standard or URL-safe,
 // padded or not.
 func decodeKey(s string) ([]byte, error) {
-	if len(s)%2 == 0 && isHex(s) {
+	if isHex(s) {
+		// An odd number of hex digits is a hex key with one lost in copying, not base64
+		// (which it would decode as: a different key, found out only when the peer
+		// refuses it). Base64 of a random key made of hex digits alone is too unlikely
+		// to matter (below 2^-60 for 32 bytes).
+		if len(s)%2 != 0 {
+			return nil, fmt.Errorf("%d hex digits: a hex key has an even number", len(s))
+		}
 		return hex.DecodeString(s)
 	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {

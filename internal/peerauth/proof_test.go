@@ -20,7 +20,7 @@ const (
 	goldenRefuse = "5347574101" + "03" + goldenKeyID + "0000000000000000000000000000000000000000000000000000000000000000"
 )
 
-func goldenInputs(t *testing.T) (Key, []byte) {
+func goldenInputs(t testing.TB) (Key, []byte) {
 	t.Helper()
 	secret, exp := make([]byte, 32), make([]byte, 32)
 	for i := range secret {
@@ -63,7 +63,19 @@ func TestProofGoldenVectors(t *testing.T) {
 		require.False(t, back.verify(k, exp2), "a proof is bound to its connection's exporter")
 	}
 	require.Equal(t, goldenRefuse, hex.EncodeToString(Proof{Kind: KindRefused, KeyID: k.ID()}.Append(nil)))
+	refusal, err := hex.DecodeString(goldenRefuse)
+	require.NoError(t, err)
+	p, err := ParseProof(refusal)
+	require.NoError(t, err)
+	require.Equal(t, Proof{Kind: KindRefused, KeyID: k.ID()}, p)
 	require.Len(t, Proof{}.Append(nil), ProofLen)
+	require.Equal(t, []byte("prefix"), Proof{}.Append([]byte("prefix"))[:6], "Append appends")
+}
+
+func TestKindString(t *testing.T) {
+	for k, want := range map[Kind]string{KindEdge: "edge", KindOrigin: "origin", KindRefused: "refused", 0: "kind(0)", 200: "kind(200)"} {
+		require.Equal(t, want, k.String())
+	}
 }
 
 func TestParseProofErrors(t *testing.T) {
@@ -93,7 +105,7 @@ func TestParseProofErrors(t *testing.T) {
 }
 
 func FuzzParseProof(f *testing.F) {
-	k, exp := goldenInputs(&testing.T{})
+	k, exp := goldenInputs(f)
 	for _, kind := range []Kind{KindEdge, KindOrigin, KindRefused} {
 		f.Add(newProof(k, kind, exp).Append(nil))
 	}
