@@ -138,7 +138,11 @@ func (s *Server) Handshake(ctx context.Context, conn net.Conn) (net.Conn, string
 		who = "certificate " + cs.PeerCertificates[0].Subject.String()
 	}
 	if st.keys != nil {
-		id, err := serverProof(tc, st.keys)
+		exp, err := exporter(tc.ConnectionState())
+		if err != nil {
+			return nil, "", fail(ResultTLS, err)
+		}
+		id, err := serverProof(tc, exp, st.keys)
 		if err != nil {
 			return nil, "", err
 		}
@@ -152,11 +156,7 @@ func (s *Server) Handshake(ctx context.Context, conn net.Conn) (net.Conn, string
 
 // serverProof reads the edge's proof, checks it against the keys and answers with the
 // origin's proof (or a refusal, so the edge can say why it was turned away).
-func serverProof(tc *tls.Conn, keys *Keyring) (KeyID, error) {
-	exp, err := exporter(tc)
-	if err != nil {
-		return KeyID{}, fail(ResultTLS, err)
-	}
+func serverProof(tc io.ReadWriter, exp []byte, keys *Keyring) (KeyID, error) {
 	b := make([]byte, ProofLen)
 	if _, err := io.ReadFull(tc, b); err != nil {
 		return KeyID{}, fail(ResultIO, fmt.Errorf("read edge proof: %w", err))
@@ -282,33 +282,40 @@ func (c *Client) Handshake(ctx context.Context, conn net.Conn) (net.Conn, error)
 	if st.keys == nil {
 		return tc, nil
 	}
-	exp, err := exporter(tc)
+	exp, err := exporter(tc.ConnectionState())
 	if err != nil {
 		return nil, fail(ResultTLS, err)
 	}
-	k := st.keys.Primary()
-	if _, err := tc.Write(newProof(k, KindEdge, exp).Append(nil)); err != nil {
-		return nil, fail(ResultIO, fmt.Errorf("send edge proof: %w", err))
-	}
-	b := make([]byte, ProofLen)
-	if _, err := io.ReadFull(tc, b); err != nil {
-		return nil, fail(ResultIO, fmt.Errorf("read origin proof (the origin closed: wrong kind of credentials?): %w", err))
-	}
-	p, err := ParseProof(b)
-	if err != nil {
-		return nil, &Error{Result: ResultProtocol, Err: err}
-	}
-	switch {
-	case p.Kind == KindRefused:
-		return nil, &Error{Result: ResultBadKey, Err: fmt.Errorf("%w (key id %s)", ErrKeyRefused, k.ID())}
-	case p.Kind != KindOrigin || p.KeyID != k.ID() || !p.verify(k, exp):
-		return nil, &Error{Result: ResultBadKey, Err: ErrOriginProof}
+	if err := clientProof(tc, exp, st.keys); err != nil {
+		return nil, err
 	}
 	return tc, nil
 }
 
-func exporter(tc *tls.Conn) ([]byte, error) {
-	cs := tc.ConnectionState()
+// clientProof sends the edge's proof and checks the origin's answer.
+func clientProof(tc io.ReadWriter, exp []byte, keys *Keyring) error {
+	k := keys.Primary()
+	if _, err := tc.Write(newProof(k, KindEdge, exp).Append(nil)); err != nil {
+		return fail(ResultIO, fmt.Errorf("send edge proof: %w", err))
+	}
+	b := make([]byte, ProofLen)
+	if _, err := io.ReadFull(tc, b); err != nil {
+		return fail(ResultIO, fmt.Errorf("read origin proof (the origin closed: wrong kind of credentials?): %w", err))
+	}
+	p, err := ParseProof(b)
+	if err != nil {
+		return &Error{Result: ResultProtocol, Err: err}
+	}
+	switch {
+	case p.Kind == KindRefused:
+		return &Error{Result: ResultBadKey, Err: fmt.Errorf("%w (key id %s)", ErrKeyRefused, k.ID())}
+	case p.Kind != KindOrigin || p.KeyID != k.ID() || !p.verify(k, exp):
+		return &Error{Result: ResultBadKey, Err: ErrOriginProof}
+	}
+	return nil
+}
+
+func exporter(cs tls.ConnectionState) ([]byte, error) {
 	if cs.Version != tls.VersionTLS13 {
 		return nil, fmt.Errorf("TLS version %x, want 1.3", cs.Version)
 	}
