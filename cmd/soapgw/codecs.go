@@ -80,6 +80,9 @@ func (t *tunnelCodec) ID() uint8 { return uint8(t.c.ID()) }
 
 func (t *tunnelCodec) Format() uint32 { return t.c.Format() }
 
+// Stateless tells the UDP tunnel which codecs may code messages out of order.
+func (t *tunnelCodec) Stateless() bool { return t.c.ID().Stateless() }
+
 func (t *tunnelCodec) NewEncoder() (tunnel.MessageEncoder, error) { return t.c.NewEncoder() }
 
 func (t *tunnelCodec) NewDecoder(maxMessage int) (tunnel.MessageDecoder, error) {

@@ -24,6 +24,10 @@ const (
 	Token      ID = 4 // synchronized token cache (head model + xmltok)
 )
 
+// Stateless reports whether every message of this codec is coded on its own, so its
+// payloads decode in any order (the UDP tunnel codes such messages concurrently).
+func (id ID) Stateless() bool { return id == Identity || id == Gzip || id == Zstd }
+
 // Name returns the configuration name of an id.
 func (id ID) String() string {
 	switch id {

@@ -1,0 +1,447 @@
+package quic
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/soapgw/soapgw/internal/tunnel"
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
+)
+
+// Stream error codes (RESET_STREAM / STOP_SENDING), SPEC.md.
+const (
+	codeCancelled quicgo.StreamErrorCode = 1 // the exchange was abandoned
+	codeRefused   quicgo.StreamErrorCode = 2 // not processed: the sender may retry it
+	codeCodec     quicgo.StreamErrorCode = 3 // the message could not be decoded; not processed
+	codeTooLarge  quicgo.StreamErrorCode = 4 // the message exceeds the receiver's limit
+)
+
+// Connection close codes (CONNECTION_CLOSE), SPEC.md.
+const (
+	closeNormal   quicgo.ApplicationErrorCode = 0
+	closeAuth     quicgo.ApplicationErrorCode = 1
+	closeProtocol quicgo.ApplicationErrorCode = 2
+)
+
+const (
+	// ackDelay is how long a decoded sequenced message waits for an outgoing message head
+	// to carry its acknowledgement before a control ACK is sent alone.
+	ackDelay = 5 * time.Millisecond
+	// laneTimeout frees a sequenced lane whose message was never acknowledged (the peer
+	// lost it with a stream it abandoned): the next message starts a fresh state.
+	laneTimeout = 5 * time.Second
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// conn is one authenticated QUIC connection between the gateways, on either side. It owns
+// the control stream (acknowledgements of sequenced messages) and the codec state of both
+// directions; exchanges are its other streams.
+type conn struct {
+	qc    *quicgo.Conn
+	cfg   *tunnel.Config
+	peer  frame.Hello
+	label string // peer name (edge) or node (origin), for metrics and logs
+	m     *connMetrics
+	log   *slog.Logger
+
+	ctrl   *quicgo.Stream
+	ctrlMu sync.Mutex // serializes control writes
+
+	codecs    [maxCodecID + 1]tunnel.MessageCodec // those both sides decode, by id
+	stateless [maxCodecID + 1]bool
+	encPools  [maxCodecID + 1]sync.Pool // stateless encoders
+	decPools  [maxCodecID + 1]sync.Pool // stateless decoders
+	maxCoded  int                       // largest message sent coded: min(ours, peer's)
+
+	enc encLane
+	dec decLane
+
+	ackMu    sync.Mutex
+	ackSent  uint64
+	ackTimer *time.Timer // owned; stopped by close
+
+	goingAway atomic.Bool
+	streams   atomic.Int64
+	wg        sync.WaitGroup // control reader, drains
+	closeOnce sync.Once
+}
+
+// encLane is the sender's sequenced codec state. At most one sequenced message is
+// unacknowledged at a time, so the receiver never has to wait for one message to decode
+// another (SPEC.md, "Loss-safe codec state").
+type encLane struct {
+	mu     sync.Mutex
+	codec  uint8
+	e      tunnel.MessageEncoder
+	sent   uint64 // last seq sent
+	acked  uint64 // last seq acknowledged (or given up)
+	sentAt time.Time
+	fresh  bool // the next sequenced message starts a fresh state
+}
+
+// decLane is the receiver's sequenced codec state.
+type decLane struct {
+	mu     sync.Mutex
+	codec  uint8
+	d      tunnel.MessageDecoder
+	done   atomic.Uint64 // last seq decoded
+	broken bool          // only a fresh message can be decoded
+}
+
+// errLaneBusy means the sequenced lane has a message in flight.
+var errLaneBusy = errors.New("sequenced lane busy")
+
+func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log *slog.Logger) *conn {
+	c := &conn{qc: qc, cfg: cfg, label: label, m: m.conn(label, cfg.CodecName), log: log}
+	c.enc.fresh = true
+	c.dec.broken = true
+	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
+	c.ackTimer.Stop()
+	return c
+}
+
+// hello is what this side announces on the control stream.
+func (c *conn) hello(maxStreams int64) frame.Hello {
+	h := frame.Hello{Proto: 1, Node: c.cfg.Node, Codecs: frame.CodecIDs{0}, MaxFrame: 64 << 10, Window: 1 << 20, MaxStreams: uint32(max(maxStreams, 1))}
+	if len(c.cfg.Codecs) > 0 {
+		h.MaxCoded = uint32(c.cfg.MaxCodedMessage)
+		h.Formats = map[string]uint32{}
+		for _, mc := range c.cfg.Codecs {
+			h.Codecs = append(h.Codecs, mc.ID())
+			h.Formats[fmt.Sprint(mc.ID())] = mc.Format()
+		}
+	}
+	return h
+}
+
+// exchangeHellos sends ours and reads the peer's on the control stream, and settles the
+// codecs both sides decode. br reads the control stream (it may hold bytes after HELLO).
+func (c *conn) exchangeHellos(br *bufio.Reader, maxStreams int64) error {
+	h := frame.AppendHello(nil, c.hello(maxStreams))
+	msg := binary.AppendUvarint(nil, uint64(len(h)))
+	if _, err := c.ctrl.Write(append(msg, h...)); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("read hello: %w", err)
+	}
+	if n > frame.MaxHello {
+		return fmt.Errorf("hello of %d bytes", n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(br, b); err != nil {
+		return fmt.Errorf("read hello: %w", err)
+	}
+	if c.peer, err = frame.ParseHello(b); err != nil {
+		return err
+	}
+	c.maxCoded = min(c.cfg.MaxCodedMessage, int(c.peer.MaxCoded))
+	for _, mc := range c.cfg.Codecs {
+		id := mc.ID()
+		if id > maxCodecID || c.peer.FormatOf(id) != mc.Format() {
+			continue
+		}
+		for _, pid := range c.peer.Codecs {
+			if pid == id {
+				c.codecs[id] = mc
+				s, ok := mc.(interface{ Stateless() bool })
+				c.stateless[id] = ok && s.Stateless()
+			}
+		}
+	}
+	return nil
+}
+
+// peerDecodes reports whether a message may be sent in codec id.
+func (c *conn) peerDecodes(id uint8) bool {
+	return id == 0 || (id <= maxCodecID && c.codecs[id] != nil)
+}
+
+// coding reports whether messages on this connection are worth buffering to code.
+func (c *conn) coding(e tunnel.Encoding) bool { return e != nil && c.maxCoded > 0 }
+
+// encode codes a whole message for the head h it returns: sequenced when the chosen codec
+// keeps state and the lane is free, otherwise stateless, otherwise identity.
+func (c *conn) encode(e tunnel.Encoding, raw []byte) (head, []byte) {
+	if len(raw) > c.maxCoded {
+		return head{}, nil
+	}
+	id := e.Choose(raw, c.peerDecodes)
+	if id != 0 && c.peerDecodes(id) && !c.stateless[id] {
+		h, p, err := c.encodeSequenced(id, raw)
+		if err == nil {
+			return h, p
+		}
+		if errors.Is(err, errLaneBusy) {
+			c.m.laneBusy.Inc()
+		}
+		// Another message holds the lane: code this one on its own.
+		id = e.Choose(raw, func(id uint8) bool { return id == 0 || (c.peerDecodes(id) && c.stateless[id]) })
+	}
+	if id == 0 || !c.peerDecodes(id) || !c.stateless[id] {
+		return head{}, nil
+	}
+	enc, _ := c.encPools[id].Get().(tunnel.MessageEncoder)
+	if enc == nil {
+		var err error
+		if enc, err = c.codecs[id].NewEncoder(); err != nil {
+			return head{}, nil
+		}
+	}
+	p, err := enc.Encode(nil, raw)
+	if err != nil {
+		return head{}, nil // a stateless encoder has no state to lose; it stays usable
+	}
+	c.encPools[id].Put(enc)
+	return head{Codec: id, Mode: modeStateless, RawLen: uint64(len(raw))}, p
+}
+
+func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
+	l := &c.enc
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.acked < l.sent {
+		if time.Since(l.sentAt) < laneTimeout {
+			return head{}, nil, errLaneBusy
+		}
+		l.acked, l.fresh = l.sent, true // never answered: assume lost, start over
+	}
+	mode := uint8(modeSequenced)
+	if l.fresh || l.codec != id || l.e == nil {
+		e, err := c.codecs[id].NewEncoder()
+		if err != nil {
+			return head{}, nil, err
+		}
+		l.e, l.codec, l.fresh, mode = e, id, false, modeFresh
+	}
+	p, err := l.e.Encode(nil, raw)
+	if err != nil {
+		l.fresh = true // its state may be half-updated
+		return head{}, nil, err
+	}
+	l.sent++
+	l.sentAt = time.Now()
+	return head{Codec: id, Mode: mode, Seq: l.sent, RawLen: uint64(len(raw)), CRC: crc32.Checksum(raw, castagnoli)}, p, nil
+}
+
+// lost releases the lane of a sequenced message that never reached the peer.
+func (c *conn) lost(seq uint64) {
+	l := &c.enc
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq == l.sent && l.acked < seq {
+		l.acked, l.fresh = seq, true
+	}
+}
+
+// onAck records that the peer decoded sequenced messages up to seq.
+func (c *conn) onAck(seq uint64) {
+	l := &c.enc
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq > l.acked && seq <= l.sent {
+		l.acked = seq
+	}
+}
+
+// onNack records that the peer could not decode seq: the next message starts fresh.
+func (c *conn) onNack(seq uint64) {
+	c.m.nacks.WithLabelValues("received").Inc()
+	c.lost(seq)
+}
+
+// decode turns a received coded message back into its bytes. A sequenced one must be the
+// next of the peer's lane (or fresh); it is acknowledged once decoded.
+func (c *conn) decode(h head, payload []byte) ([]byte, error) {
+	if !c.peerDecodes(h.Codec) || h.Codec == 0 {
+		return nil, fmt.Errorf("%w: codec %d was not agreed", ErrBadHead, h.Codec)
+	}
+	if h.RawLen > uint64(c.cfg.MaxCodedMessage) {
+		return nil, fmt.Errorf("coded message of %d bytes exceeds max_coded %d", h.RawLen, c.cfg.MaxCodedMessage)
+	}
+	if !h.sequenced() {
+		if !c.stateless[h.Codec] {
+			return nil, fmt.Errorf("%w: codec %d keeps state and cannot be sent stateless", ErrBadHead, h.Codec)
+		}
+		d, _ := c.decPools[h.Codec].Get().(tunnel.MessageDecoder)
+		if d == nil {
+			var err error
+			if d, err = c.codecs[h.Codec].NewDecoder(c.cfg.MaxCodedMessage); err != nil {
+				return nil, err
+			}
+		}
+		msg, err := d.Decode(make([]byte, 0, h.RawLen), payload)
+		if err != nil {
+			return nil, err // a decoder that failed is dropped
+		}
+		c.decPools[h.Codec].Put(d)
+		if uint64(len(msg)) != h.RawLen {
+			return nil, fmt.Errorf("decoded %d bytes, head says %d", len(msg), h.RawLen)
+		}
+		return msg, nil
+	}
+	msg, err := c.decodeSequenced(h, payload)
+	if err != nil {
+		c.m.nacks.WithLabelValues("sent").Inc()
+		c.sendCtrl(ctrlNack, binary.AppendUvarint(nil, h.Seq))
+		return nil, err
+	}
+	c.scheduleAck()
+	return msg, nil
+}
+
+func (c *conn) decodeSequenced(h head, payload []byte) ([]byte, error) {
+	l := &c.dec
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	done := l.done.Load()
+	switch {
+	case h.Seq <= done:
+		return nil, fmt.Errorf("sequenced message %d already decoded", h.Seq)
+	case h.Mode == modeFresh:
+		d, err := c.codecs[h.Codec].NewDecoder(c.cfg.MaxCodedMessage)
+		if err != nil {
+			return nil, err
+		}
+		l.d, l.codec, l.broken = d, h.Codec, false
+	case l.broken || h.Seq != done+1 || h.Codec != l.codec:
+		l.broken = true
+		return nil, fmt.Errorf("sequenced message %d (codec %d) does not follow %d (codec %d)", h.Seq, h.Codec, done, l.codec)
+	}
+	msg, err := l.d.Decode(make([]byte, 0, h.RawLen), payload)
+	if err == nil && uint64(len(msg)) != h.RawLen {
+		err = fmt.Errorf("decoded %d bytes, head says %d", len(msg), h.RawLen)
+	}
+	if err == nil && crc32.Checksum(msg, castagnoli) != h.CRC {
+		err = fmt.Errorf("checksum mismatch: codec state out of step")
+	}
+	if err != nil {
+		l.broken = true
+		return nil, err
+	}
+	l.done.Store(h.Seq)
+	return msg, nil
+}
+
+// takeAck returns the acknowledgement an outgoing message head should carry, if any.
+func (c *conn) takeAck() (uint64, bool) {
+	done := c.dec.done.Load()
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	if done <= c.ackSent {
+		return 0, false
+	}
+	c.ackSent = done
+	return done, true
+}
+
+func (c *conn) scheduleAck() { c.ackTimer.Reset(ackDelay) }
+
+// sendPendingAck sends a control ACK for what no message head has carried.
+func (c *conn) sendPendingAck() {
+	if seq, ok := c.takeAck(); ok {
+		c.m.ctrlAcks.Inc()
+		c.sendCtrl(ctrlAck, binary.AppendUvarint(nil, seq))
+	}
+}
+
+// sendCtrl writes one control frame. A failure means the connection is going down.
+func (c *conn) sendCtrl(typ byte, payload []byte) {
+	b := appendCtrl(nil, typ, payload)
+	c.ctrlMu.Lock()
+	defer c.ctrlMu.Unlock()
+	_ = c.ctrl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.ctrl.Write(b); err != nil {
+		c.close(closeProtocol, "control stream write failed")
+	}
+}
+
+// readControl runs on its own goroutine until the control stream ends.
+func (c *conn) readControl(br *bufio.Reader) {
+	defer c.wg.Done()
+	buf := make([]byte, 0, 256)
+	for {
+		typ, err := br.ReadByte()
+		if err != nil {
+			c.close(closeNormal, "control stream closed")
+			return
+		}
+		n, err := binary.ReadUvarint(br)
+		if err != nil || n > maxCtrlPayload {
+			c.close(closeProtocol, "bad control frame")
+			return
+		}
+		buf = buf[:n]
+		if _, err := io.ReadFull(br, buf); err != nil {
+			c.close(closeNormal, "control stream closed")
+			return
+		}
+		switch typ {
+		case ctrlAck, ctrlNack:
+			seq, err := parseSeq(buf)
+			if err != nil {
+				c.close(closeProtocol, err.Error())
+				return
+			}
+			if typ == ctrlAck {
+				c.onAck(seq)
+			} else {
+				c.onNack(seq)
+			}
+		case ctrlGoAway:
+			c.goingAway.Store(true)
+		default: // unknown frames are ignored, so later versions may add some
+		}
+	}
+}
+
+// close ends the connection once; every stream on it fails.
+func (c *conn) close(code quicgo.ApplicationErrorCode, why string) {
+	c.closeOnce.Do(func() {
+		c.ackTimer.Stop()
+		_ = c.qc.CloseWithError(code, why)
+	})
+}
+
+// done is closed when the connection is gone.
+func (c *conn) done() <-chan struct{} { return c.qc.Context().Done() }
+
+// alive reports whether new exchanges may start on c.
+func (c *conn) alive() bool { return c.qc.Context().Err() == nil && !c.goingAway.Load() }
+
+// drain reads and decodes the sequenced message of a stream nobody will read, so the
+// codec lanes stay in step, bounded by the exchange's own deadline.
+func (c *conn) drain(st *Stream) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = st.qs.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if err := st.readMessageHead(); err == nil && !st.rhead.sequenced() {
+			st.qs.CancelRead(codeCancelled)
+		}
+	}()
+}
+
+// wait waits for the connection's goroutines after close.
+func (c *conn) wait() { c.wg.Wait() }
+
+// ctxErr maps a connection context's cause to an error for callers.
+func (c *conn) err() error {
+	if err := context.Cause(c.qc.Context()); err != nil {
+		return err
+	}
+	return nil
+}

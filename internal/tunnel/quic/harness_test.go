@@ -1,0 +1,226 @@
+package quic
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/codec"
+	"github.com/soapgw/soapgw/internal/peerauth"
+	"github.com/soapgw/soapgw/internal/tunnel"
+)
+
+// realCodec adapts internal/codec to the tunnel's codec interfaces, as cmd/soapgw does.
+type realCodec struct{ c codec.Codec }
+
+func (r realCodec) ID() uint8                                  { return uint8(r.c.ID()) }
+func (r realCodec) Format() uint32                             { return r.c.Format() }
+func (r realCodec) Stateless() bool                            { return r.c.ID().Stateless() }
+func (r realCodec) NewEncoder() (tunnel.MessageEncoder, error) { return r.c.NewEncoder() }
+func (r realCodec) NewDecoder(max int) (tunnel.MessageDecoder, error) {
+	return r.c.NewDecoder(codec.Limits{MaxMessage: max})
+}
+
+func testCodecs(t testing.TB) []tunnel.MessageCodec {
+	all, err := codec.Set(codec.Options{})
+	require.NoError(t, err)
+	var out []tunnel.MessageCodec
+	for _, c := range all {
+		if c.ID() != codec.Identity {
+			out = append(out, realCodec{c})
+		}
+	}
+	return out
+}
+
+// filterConn is a UDP socket whose outgoing packets a test may drop.
+type filterConn struct {
+	net.PacketConn
+	drop    atomic.Pointer[func(p []byte) bool]
+	dropped atomic.Int64
+}
+
+func (f *filterConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if d := f.drop.Load(); d != nil && (*d)(p) {
+		f.dropped.Add(1)
+		return len(p), nil
+	}
+	return f.PacketConn.WriteTo(p, addr)
+}
+
+func (f *filterConn) setDrop(d func(p []byte) bool) {
+	if d == nil {
+		f.drop.Store(nil)
+		return
+	}
+	f.drop.Store(&d)
+}
+
+// pair is an origin Server and an edge Peer over loopback UDP, authenticated with a
+// shared key, with a handler the test sets.
+type pair struct {
+	srv      *Server
+	peer     *Peer
+	reg      *prometheus.Registry
+	edgeSock atomic.Pointer[filterConn]
+	handler  atomic.Pointer[Handler]
+}
+
+type pairOptions struct {
+	codecs   bool
+	encoding tunnel.Encoding
+	edgeKey  string // key file content for the edge; default the origin's
+}
+
+func newPair(t *testing.T, o pairOptions) *pair {
+	t.Helper()
+	key, err := peerauth.GenerateKey()
+	require.NoError(t, err)
+	keys, err := peerauth.ParseKeys("origin.key", []byte(key))
+	require.NoError(t, err)
+	edgeKeys := keys
+	if o.edgeKey != "" {
+		edgeKeys, err = peerauth.ParseKeys("edge.key", []byte(o.edgeKey))
+		require.NoError(t, err)
+	}
+	auth, err := peerauth.NewServer(peerauth.ServerConfig{Keys: keys})
+	require.NoError(t, err)
+	client, err := peerauth.NewClient(peerauth.ClientConfig{Keys: edgeKeys})
+	require.NoError(t, err)
+
+	p := &pair{reg: prometheus.NewRegistry()}
+	m := NewMetrics(p.reg)
+	sess := &tunnel.Config{Node: "origin", KeepaliveInterval: 2 * time.Second, KeepaliveTimeout: 2 * time.Second}
+	esess := &tunnel.Config{Node: "edge", KeepaliveInterval: 2 * time.Second, KeepaliveTimeout: 2 * time.Second}
+	if o.codecs {
+		sess.Codecs, esess.Codecs = testCodecs(t), testCodecs(t)
+		enc := o.encoding
+		if enc == nil {
+			enc, _ = codec.NewPolicy("token", 0)
+		}
+		sess.Encoding, esess.Encoding = enc, enc
+		name := func(id uint8) string { return codec.ID(id).String() }
+		sess.CodecName, esess.CodecName = name, name
+	}
+	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge}, m, nil,
+		func(ctx context.Context, st *Stream) { (*p.handler.Load())(ctx, st) })
+	echo := Handler(echoHandler)
+	p.handler.Store(&echo)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- p.srv.Serve(pc) }()
+	p.peer = NewPeer(context.Background(), PeerConfig{
+		Name: "origin", Address: pc.LocalAddr().String(), Session: esess,
+		TLS:   func() *tls.Config { return client.TLSConfig(ALPN) },
+		Prove: client.ProveEdge,
+		ListenPacket: func() (net.PacketConn, error) {
+			c, err := net.ListenPacket("udp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			fc := &filterConn{PacketConn: c}
+			p.edgeSock.Store(fc)
+			return fc, nil
+		},
+	}, m, nil)
+	t.Cleanup(func() {
+		_ = p.peer.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = p.srv.Shutdown(ctx)
+		require.NoError(t, <-served)
+	})
+	return p
+}
+
+func (p *pair) setHandler(h Handler) { p.handler.Store(&h) }
+
+// echoHandler answers "echo:" + the request.
+func echoHandler(_ context.Context, st *Stream) {
+	defer st.Close()
+	req, err := io.ReadAll(st)
+	if err != nil {
+		return
+	}
+	_, _ = st.Write(append([]byte("echo:"), req...))
+	_ = st.CloseWrite()
+}
+
+// call runs one exchange and returns the response.
+func (p *pair) call(ctx context.Context, req []byte) ([]byte, error) {
+	st, err := p.peer.OpenStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = st.SetDeadline(dl)
+	}
+	if _, err := st.Write(req); err != nil {
+		return nil, err
+	}
+	if err := st.CloseWrite(); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(st)
+}
+
+func (p *pair) counter(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	require.NoError(t, err)
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metric
+				}
+			}
+			if c := m.GetCounter(); c != nil {
+				sum += c.GetValue()
+			} else if g := m.GetGauge(); g != nil {
+				sum += g.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// soapMessage is a SOAP request of about n bytes, varying with i.
+func soapMessage(i, n int) []byte {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><GetQuote xmlns="urn:example:stock"><Call>%d</Call>`, i)
+	for j := 0; b.Len() < n-60; j++ {
+		fmt.Fprintf(&b, "<Symbol id=\"%d\">SYM%05d</Symbol>", j, (i*7+j)%100000)
+	}
+	b.WriteString(`</GetQuote></soap:Body></soap:Envelope>`)
+	return b.Bytes()
+}
+
+var (
+	_ = testutil.ToFloat64
+	_ sync.Mutex
+)

@@ -1,0 +1,93 @@
+package quic
+
+import (
+	"encoding/hex"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestHeadGolden pins the message head encoding of SPEC.md.
+func TestHeadGolden(t *testing.T) {
+	for name, tc := range map[string]struct {
+		h   head
+		hex string
+	}{
+		"identity":                  {head{}, "00"},
+		"identity with ack":         {head{HasAck: true, Ack: 300}, "80ac02"},
+		"stateless zstd":            {head{Codec: 2, Mode: modeStateless, RawLen: 700}, "0200bc05"},
+		"sequenced token":           {head{Codec: 4, Mode: modeSequenced, Seq: 7, RawLen: 700, CRC: 0xdeadbeef}, "040107bc05deadbeef"},
+		"fresh token with ack":      {head{Codec: 4, HasAck: true, Ack: 1, Mode: modeFresh, Seq: 1, RawLen: 1, CRC: 1}, "8401020101" + "00000001"},
+		"stateless, 2^40 raw bytes": {head{Codec: 1, RawLen: 1 << 40}, "0100808080808020"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := tc.h.append(nil)
+			require.Equal(t, tc.hex, hex.EncodeToString(b))
+			got, n, err := parseHead(append(b, "payload"...))
+			require.NoError(t, err)
+			require.Equal(t, len(b), n)
+			require.Equal(t, tc.h, got)
+			for i := range len(b) { // every proper prefix asks for more
+				_, _, err := parseHead(b[:i])
+				require.ErrorIs(t, err, errShortHead, "prefix of %d bytes", i)
+			}
+		})
+	}
+}
+
+func TestParseHeadRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"mode 3":          "0103",
+		"seq 0":           "040100bc05deadbeef",
+		"ack overflow":    "80ffffffffffffffffffff01",
+		"length overflow": "0200ffffffffffffffffffff01",
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := hex.DecodeString(in)
+			require.NoError(t, err)
+			_, _, err = parseHead(b)
+			require.ErrorIs(t, err, ErrBadHead)
+		})
+	}
+}
+
+func TestControlFrames(t *testing.T) {
+	b := appendCtrl(nil, ctrlAck, []byte{0x05})
+	require.Equal(t, "010105", hex.EncodeToString(b))
+	typ, p, n, err := parseCtrl(append(b, 0xff))
+	require.NoError(t, err)
+	require.Equal(t, byte(ctrlAck), typ)
+	require.Equal(t, 3, n)
+	seq, err := parseSeq(p)
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), seq)
+	_, _, _, err = parseCtrl([]byte{1, 0x81, 0x40}) // 8193 bytes
+	require.ErrorIs(t, err, ErrBadHead)
+	_, err = parseSeq([]byte{5, 6})
+	require.ErrorIs(t, err, ErrBadHead)
+}
+
+// FuzzParseHead: the parser never panics, and what it accepts re-encodes to its input.
+func FuzzParseHead(f *testing.F) {
+	for _, h := range []head{{}, {HasAck: true, Ack: 9}, {Codec: 2, RawLen: 5}, {Codec: 4, Mode: modeFresh, Seq: 1, RawLen: 3, CRC: 7}} {
+		f.Add(h.append(nil))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, n, err := parseHead(b)
+		if err != nil {
+			if !errors.Is(err, errShortHead) && !errors.Is(err, ErrBadHead) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		if n > maxHeadLen {
+			t.Fatalf("head of %d bytes", n)
+		}
+		// Uvarints have non-minimal encodings; the canonical re-encoding parses the same.
+		again, m, err := parseHead(h.append(nil))
+		if err != nil || again != h || m > n {
+			t.Fatalf("re-encoding %+v: %+v, %d, %v", h, again, m, err)
+		}
+	})
+}

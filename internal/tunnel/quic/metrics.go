@@ -1,0 +1,237 @@
+package quic
+
+import (
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the UDP tunnel's Prometheus collectors, registered on the caller's registry.
+// Path figures (RTT, congestion window, packets, loss) come from quic-go's statistics of
+// each live connection at scrape time, plus the totals of connections already closed, so
+// the counters never go back when a connection is replaced.
+type Metrics struct {
+	connections *prometheus.GaugeVec
+	streams     *prometheus.GaugeVec
+	dials       *prometheus.CounterVec
+	handshakes  *prometheus.CounterVec
+	messages    *prometheus.CounterVec
+	raw         *prometheus.CounterVec
+	payload     *prometheus.CounterVec
+	laneBusy    *prometheus.CounterVec
+	nacks       *prometheus.CounterVec
+	ctrlAcks    *prometheus.CounterVec
+
+	mu     sync.Mutex
+	live   map[*conn]*pathSnapshot
+	closed map[string]*pathTotals // by peer label
+	stats  statsCollector
+}
+
+// pathSnapshot is the last remote address seen of a live connection, for path changes.
+type pathSnapshot struct {
+	addr    string
+	changes uint64
+}
+
+type pathTotals struct {
+	packetsSent, packetsReceived, packetsLost uint64
+	bytesSent, bytesReceived, bytesLost       uint64
+	pathChanges                               uint64
+}
+
+// NewMetrics creates the collectors and registers them on reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "soapgw_udp_connections", Help: "UDP (QUIC) tunnel connections up and authenticated, by peer gateway.",
+		}, []string{"peer"}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "soapgw_udp_streams", Help: "Exchanges in flight on UDP tunnel connections, by peer gateway.",
+		}, []string{"peer"}),
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_dials_total", Help: "UDP tunnel connection attempts by the edge, by peer and result (ok, error).",
+		}, []string{"peer", "result"}),
+		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_handshakes_total", Help: "UDP tunnel connections accepted by the origin after QUIC's TLS handshake, by authentication result.",
+		}, []string{"result"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_messages_total", Help: "Messages sent and received over the UDP tunnel, by codec and mode (identity, stateless, sequenced, fresh).",
+		}, []string{"peer", "direction", "codec", "mode"}),
+		raw: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_raw_bytes_total", Help: "Original message bytes sent and received over the UDP tunnel, by codec.",
+		}, []string{"peer", "direction", "codec"}),
+		payload: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_payload_bytes_total", Help: "Coded message bytes (heads excluded) sent and received over the UDP tunnel, by codec.",
+		}, []string{"peer", "direction", "codec"}),
+		laneBusy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_lane_busy_total", Help: "Messages coded stateless because a sequenced message was still unacknowledged (concurrency costs compression, never waiting).",
+		}, []string{"peer"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_nacks_total", Help: "Sequenced messages that could not be decoded (the exchange is retried and the codec state starts fresh), sent and received.",
+		}, []string{"peer", "direction"}),
+		ctrlAcks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_control_acks_total", Help: "Acknowledgements of sequenced messages sent on the control stream because no message head could carry them.",
+		}, []string{"peer"}),
+		live:   map[*conn]*pathSnapshot{},
+		closed: map[string]*pathTotals{},
+	}
+	m.stats.m = m
+	if reg != nil {
+		reg.MustRegister(m.connections, m.streams, m.dials, m.handshakes, m.messages, m.raw, m.payload,
+			m.laneBusy, m.nacks, m.ctrlAcks, &m.stats)
+	}
+	return m
+}
+
+// connMetrics are the children of one connection's peer label, resolved once.
+type connMetrics struct {
+	m        *Metrics
+	peer     string
+	streams  prometheus.Gauge
+	laneBusy prometheus.Counter
+	ctrlAcks prometheus.Counter
+	nacks    *prometheus.CounterVec
+	name     func(id uint8) string
+}
+
+func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
+	if name == nil {
+		name = defaultCodecName
+	}
+	return &connMetrics{
+		m: m, peer: peer, name: name,
+		streams:  m.streams.WithLabelValues(peer),
+		laneBusy: m.laneBusy.WithLabelValues(peer),
+		ctrlAcks: m.ctrlAcks.WithLabelValues(peer),
+		nacks:    m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
+	}
+}
+
+var modeNames = [...]string{modeStateless: "stateless", modeSequenced: "sequenced", modeFresh: "fresh"}
+
+// defaultCodecName names codec ids in labels when the session config has no CodecName.
+func defaultCodecName(id uint8) string {
+	if id == 0 {
+		return "identity"
+	}
+	return "codec-" + strconv.Itoa(int(id))
+}
+
+func (cm *connMetrics) message(dir string, codec, mode uint8, raw, payload int) {
+	m, name := "identity", cm.name(codec)
+	if codec != 0 {
+		m = modeNames[mode]
+	}
+	cm.m.messages.WithLabelValues(cm.peer, dir, name, m).Inc()
+	cm.m.raw.WithLabelValues(cm.peer, dir, name).Add(float64(raw))
+	cm.m.payload.WithLabelValues(cm.peer, dir, name).Add(float64(payload))
+}
+
+// track adds a live connection to the path statistics.
+func (m *Metrics) track(c *conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.live[c] = &pathSnapshot{addr: c.qc.RemoteAddr().String()}
+	m.connections.WithLabelValues(c.label).Inc()
+}
+
+// untrack folds a closed connection's statistics into its peer's totals.
+func (m *Metrics) untrack(c *conn) {
+	s := c.qc.ConnectionStats()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	snap, ok := m.live[c]
+	if !ok {
+		return
+	}
+	delete(m.live, c)
+	m.connections.WithLabelValues(c.label).Dec()
+	t := m.closed[c.label]
+	if t == nil {
+		t = &pathTotals{}
+		m.closed[c.label] = t
+	}
+	t.packetsSent += s.PacketsSent
+	t.packetsReceived += s.PacketsReceived
+	t.packetsLost += s.PacketsLost
+	t.bytesSent += s.BytesSent
+	t.bytesReceived += s.BytesReceived
+	t.bytesLost += s.BytesLost
+	t.pathChanges += snap.changes
+}
+
+// statsCollector exports quic-go's per-connection statistics.
+type statsCollector struct{ m *Metrics }
+
+var (
+	descRTT      = prometheus.NewDesc("soapgw_udp_rtt_seconds", "Smoothed round-trip time of the UDP tunnel's path (RFC 9002), by peer; the lowest over its connections.", []string{"peer"}, nil)
+	descMinRTT   = prometheus.NewDesc("soapgw_udp_min_rtt_seconds", "Minimum round-trip time seen on the UDP tunnel's path, by peer.", []string{"peer"}, nil)
+	descCwnd     = prometheus.NewDesc("soapgw_udp_congestion_window_bytes", "Congestion window of the UDP tunnel's sender, by peer (summed over connections).", []string{"peer"}, nil)
+	descPackets  = prometheus.NewDesc("soapgw_udp_packets_total", "QUIC packets of the UDP tunnel, by peer and kind (sent, received, lost; lost packets are declared by loss detection and retransmitted).", []string{"peer", "kind"}, nil)
+	descBytes    = prometheus.NewDesc("soapgw_udp_bytes_total", "QUIC bytes of the UDP tunnel (UDP/IP headers excluded), by peer and kind (sent, received, lost).", []string{"peer", "kind"}, nil)
+	descMigrated = prometheus.NewDesc("soapgw_udp_path_changes_total", "Times the peer's address changed under a live UDP tunnel connection (NAT rebinding, network change), seen at scrape time.", []string{"peer"}, nil)
+)
+
+func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRTT, descMinRTT, descCwnd, descPackets, descBytes, descMigrated} {
+		ch <- d
+	}
+}
+
+func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sums := map[string]*pathTotals{}
+	rtt, minRTT, cwnd := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for peer, t := range m.closed {
+		c := *t
+		sums[peer] = &c
+	}
+	for c, snap := range m.live {
+		st := c.qc.ConnectionStats()
+		if a := c.qc.RemoteAddr().String(); a != snap.addr {
+			snap.addr = a
+			snap.changes++
+		}
+		t := sums[c.label]
+		if t == nil {
+			t = &pathTotals{}
+			sums[c.label] = t
+		}
+		t.packetsSent += st.PacketsSent
+		t.packetsReceived += st.PacketsReceived
+		t.packetsLost += st.PacketsLost
+		t.bytesSent += st.BytesSent
+		t.bytesReceived += st.BytesReceived
+		t.bytesLost += st.BytesLost
+		t.pathChanges += snap.changes
+		if r := st.SmoothedRTT.Seconds(); r > 0 && (rtt[c.label] == 0 || r < rtt[c.label]) {
+			rtt[c.label] = r
+		}
+		if r := st.MinRTT.Seconds(); r > 0 && (minRTT[c.label] == 0 || r < minRTT[c.label]) {
+			minRTT[c.label] = r
+		}
+		cwnd[c.label] += float64(st.CongestionWindow)
+	}
+	for peer, t := range sums {
+		for kind, v := range map[string]uint64{"sent": t.packetsSent, "received": t.packetsReceived, "lost": t.packetsLost} {
+			ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(v), peer, kind)
+		}
+		for kind, v := range map[string]uint64{"sent": t.bytesSent, "received": t.bytesReceived, "lost": t.bytesLost} {
+			ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(v), peer, kind)
+		}
+		ch <- prometheus.MustNewConstMetric(descMigrated, prometheus.CounterValue, float64(t.pathChanges), peer)
+	}
+	for peer, v := range rtt {
+		ch <- prometheus.MustNewConstMetric(descRTT, prometheus.GaugeValue, v, peer)
+	}
+	for peer, v := range minRTT {
+		ch <- prometheus.MustNewConstMetric(descMinRTT, prometheus.GaugeValue, v, peer)
+	}
+	for peer, v := range cwnd {
+		ch <- prometheus.MustNewConstMetric(descCwnd, prometheus.GaugeValue, v, peer)
+	}
+}

@@ -1,0 +1,282 @@
+package quic
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/soapgw/soapgw/internal/tunnel"
+)
+
+// ProveFunc runs the edge's side of authentication on rw (the control stream) after
+// QUIC's TLS handshake.
+type ProveFunc func(cs tls.ConnectionState, rw io.ReadWriter) error
+
+// PeerConfig describes one origin the edge keeps UDP tunnel connections to.
+type PeerConfig struct {
+	Name        string // peer name, for logs and metrics
+	Address     string // host:port of the origin's UDP tunnel listener
+	Connections int    // connections kept up (default 1: QUIC streams do not block each other)
+	DialTimeout time.Duration
+	BackoffMin  time.Duration // first reconnect delay (default 50 ms)
+	BackoffMax  time.Duration // reconnect delay ceiling (default 5 s)
+	Session     *tunnel.Config
+	// TLS returns the handshake configuration for a new connection (credentials may be
+	// reloaded between dials). Required.
+	TLS func() *tls.Config
+	// Prove authenticates this edge on the control stream. Required.
+	Prove ProveFunc
+	// ListenPacket opens the UDP socket of a new connection; nil: an ephemeral port on
+	// all interfaces. Tests pass lossy sockets here.
+	ListenPacket func() (net.PacketConn, error)
+}
+
+// Peer keeps connections up to one origin and opens exchanges on them.
+type Peer struct {
+	cfg     PeerConfig
+	session *tunnel.Config
+	m       *Metrics
+	log     *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	conns   []*conn
+	changed chan struct{} // closed and replaced when conns change
+	lastErr error
+}
+
+// NewPeer starts the connection slots; they run until Close or ctx ends.
+func NewPeer(ctx context.Context, cfg PeerConfig, m *Metrics, log *slog.Logger) *Peer {
+	if cfg.Connections <= 0 {
+		cfg.Connections = 1
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = 5 * time.Second
+	}
+	if cfg.BackoffMin <= 0 {
+		cfg.BackoffMin = 50 * time.Millisecond
+	}
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = max(5*time.Second, cfg.BackoffMin)
+	}
+	if cfg.ListenPacket == nil {
+		cfg.ListenPacket = func() (net.PacketConn, error) { return net.ListenUDP("udp", nil) }
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Peer{cfg: cfg, session: withDefaults(cfg.Session), m: m, changed: make(chan struct{}),
+		log: log.With("peer", cfg.Name, "address", cfg.Address, "transport", "udp")}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	for range cfg.Connections {
+		p.wg.Add(1)
+		go p.maintain()
+	}
+	return p
+}
+
+// Name is the configured peer name.
+func (p *Peer) Name() string { return p.cfg.Name }
+
+// Ready reports whether a connection is up and takes new exchanges.
+func (p *Peer) Ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		if c.alive() {
+			return true
+		}
+	}
+	return false
+}
+
+// RTT is the smallest smoothed RTT among live connections (0 if none).
+func (p *Peer) RTT() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var best time.Duration
+	for _, c := range p.conns {
+		if r := c.qc.ConnectionStats().SmoothedRTT; r > 0 && (best == 0 || r < best) {
+			best = r
+		}
+	}
+	return best
+}
+
+// OpenStream opens an exchange on the least loaded live connection. When none is up it
+// waits for one until ctx ends or DialTimeout passes, then fails with tunnel.ErrNoPeer
+// and the last dial error. When the origin's stream credit is used up it waits for a slot
+// (backpressure), bounded by ctx.
+func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
+	wait := time.NewTimer(p.cfg.DialTimeout)
+	defer wait.Stop()
+	for {
+		p.mu.Lock()
+		var best *conn
+		for _, c := range p.conns {
+			if c.alive() && (best == nil || c.streams.Load() < best.streams.Load()) {
+				best = c
+			}
+		}
+		changed, lastErr := p.changed, p.lastErr
+		p.mu.Unlock()
+		if best != nil {
+			qs, err := best.qc.OpenStreamSync(ctx)
+			if err == nil {
+				return newStream(best, qs, nil), nil
+			}
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			continue // the connection went down meanwhile: try another
+		}
+		select {
+		case <-changed:
+			continue
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", tunnel.ErrNoPeer, ctx.Err())
+		case <-wait.C:
+		case <-p.ctx.Done():
+			return nil, tunnel.ErrSessionClosed
+		}
+		if lastErr != nil {
+			return nil, fmt.Errorf("%w: %w", tunnel.ErrNoPeer, lastErr)
+		}
+		return nil, fmt.Errorf("%w: no UDP tunnel connection up", tunnel.ErrNoPeer)
+	}
+}
+
+// Close stops the slots and closes every connection.
+func (p *Peer) Close() error {
+	p.cancel()
+	p.wg.Wait()
+	return nil
+}
+
+func (p *Peer) setConns(f func([]*conn) []*conn, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = f(p.conns)
+	if err != nil {
+		p.lastErr = err
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// maintain keeps one connection up: dial, serve until it dies, back off, redial. The
+// backoff restarts after a connection that lived, so a flapping link never storms.
+func (p *Peer) maintain() {
+	defer p.wg.Done()
+	backoff := p.cfg.BackoffMin
+	for p.ctx.Err() == nil {
+		c, tr, err := p.connect()
+		if err != nil {
+			p.m.dials.WithLabelValues(p.cfg.Name, "error").Inc()
+			p.setConns(func(cs []*conn) []*conn { return cs }, err)
+			p.log.Warn("udp tunnel connect failed", "err", err, "retry_in", backoff)
+			d := backoff/2 + rand.N(backoff/2+1)
+			select {
+			case <-p.ctx.Done():
+			case <-time.After(d):
+			}
+			backoff = min(backoff*2, p.cfg.BackoffMax)
+			continue
+		}
+		p.m.dials.WithLabelValues(p.cfg.Name, "ok").Inc()
+		p.m.track(c)
+		p.setConns(func(cs []*conn) []*conn { return append(cs, c) }, nil)
+		p.log.Info("udp tunnel connection up", "local", c.qc.LocalAddr(), "origin_node", c.peer.Node)
+		select {
+		case <-c.done():
+		case <-p.ctx.Done():
+			c.close(closeNormal, "edge shutting down")
+		}
+		c.close(closeNormal, "")
+		c.wait()
+		p.m.untrack(c)
+		_ = tr.Close()
+		cause := context.Cause(c.qc.Context())
+		p.setConns(func(cs []*conn) []*conn {
+			for i, x := range cs {
+				if x == c {
+					return append(cs[:i], cs[i+1:]...)
+				}
+			}
+			return cs
+		}, cause)
+		if p.ctx.Err() == nil {
+			p.log.Warn("udp tunnel connection down; reconnecting", "err", cause)
+		}
+		backoff = p.cfg.BackoffMin
+	}
+}
+
+// connect dials, authenticates on the control stream and exchanges HELLO.
+func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)
+	defer cancel()
+	addr, err := net.ResolveUDPAddr("udp", p.cfg.Address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resolve %s: %w", p.cfg.Address, err)
+	}
+	pc, err := p.cfg.ListenPacket()
+	if err != nil {
+		return nil, nil, fmt.Errorf("udp socket: %w", err)
+	}
+	tr := &quicgo.Transport{Conn: pc}
+	fail := func(err error) (*conn, *quicgo.Transport, error) {
+		_ = tr.Close()
+		_ = pc.Close()
+		return nil, nil, err
+	}
+	qcfg := quicConfig(p.session, -1, p.cfg.DialTimeout)
+	qc, err := tr.Dial(ctx, addr, p.cfg.TLS(), qcfg)
+	if err != nil {
+		return fail(fmt.Errorf("dial %s: %w", p.cfg.Address, err))
+	}
+	c := newConn(qc, p.session, p.m, p.cfg.Name, p.log)
+	ctrl, err := qc.OpenStreamSync(ctx)
+	if err != nil {
+		c.close(closeNormal, "")
+		return fail(fmt.Errorf("open control stream: %w", err))
+	}
+	dl, _ := ctx.Deadline()
+	_ = ctrl.SetDeadline(dl)
+	c.ctrl = ctrl
+	if err := p.cfg.Prove(qc.ConnectionState().TLS, ctrl); err != nil {
+		c.close(closeAuth, "")
+		return fail(fmt.Errorf("authenticating to %s: %w", p.cfg.Address, closeReason(qc, err)))
+	}
+	br := bufio.NewReaderSize(ctrl, 1024)
+	if err := c.exchangeHellos(br, 0); err != nil {
+		c.close(closeProtocol, "")
+		return fail(fmt.Errorf("hello with %s: %w", p.cfg.Address, closeReason(qc, err)))
+	}
+	_ = ctrl.SetDeadline(time.Time{})
+	c.wg.Add(1)
+	go c.readControl(br)
+	return c, tr, nil
+}
+
+// closeReason prefers the origin's reason for closing (bad_key...) over a bare stream error.
+func closeReason(qc *quicgo.Conn, err error) error {
+	var ae *quicgo.ApplicationError
+	if cause := context.Cause(qc.Context()); errors.As(cause, &ae) && ae.Remote {
+		return fmt.Errorf("the origin closed the connection: %s (%w)", ae.ErrorMessage, err)
+	}
+	return err
+}

@@ -1,0 +1,292 @@
+package quic
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/soapgw/soapgw/internal/tunnel"
+)
+
+// Handler serves one exchange on the origin. It owns st and must Close it.
+type Handler func(ctx context.Context, st *Stream)
+
+// VerifyFunc authenticates the edge of a connection after QUIC's TLS handshake, using rw
+// (the control stream) for a key proof. It returns who the edge is, for logs.
+type VerifyFunc func(cs tls.ConnectionState, rw io.ReadWriter) (string, error)
+
+// ServerConfig configures the origin side.
+type ServerConfig struct {
+	Session *tunnel.Config // node, codecs, limits of coded messages; keepalive
+	// TLS is the origin's handshake configuration (ALPN is set here).
+	TLS *tls.Config
+	// Verify authenticates each edge before any exchange of it is served. Required.
+	Verify VerifyFunc
+	// HandshakeTimeout bounds the QUIC handshake plus authentication and HELLO (default 5 s).
+	HandshakeTimeout time.Duration
+	// MaxStreams is how many exchanges one edge connection may have in flight (default
+	// 1024). QUIC's stream credit enforces it: an edge with more waits, it is not refused.
+	MaxStreams int64
+	// MaxConnections bounds the authenticated connections (default 1024).
+	MaxConnections int
+}
+
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 5 * time.Second
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 1024
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 1024
+	}
+	return c
+}
+
+// quicConfig is the QUIC configuration both sides share: keepalive from the session
+// config, stream credit for MaxStreams, and receive windows large enough for big messages
+// on long fat links.
+func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration) *quicgo.Config {
+	idle := 30 * time.Second
+	if s.KeepaliveInterval > 0 {
+		idle = s.KeepaliveInterval + max(s.KeepaliveTimeout, time.Second)
+	}
+	return &quicgo.Config{
+		HandshakeIdleTimeout:           handshake,
+		MaxIdleTimeout:                 idle,
+		KeepAlivePeriod:                s.KeepaliveInterval,
+		MaxIncomingStreams:             maxStreams,
+		MaxIncomingUniStreams:          -1, // the protocol uses none
+		InitialStreamReceiveWindow:     256 << 10,
+		MaxStreamReceiveWindow:         8 << 20,
+		InitialConnectionReceiveWindow: 1 << 20,
+		MaxConnectionReceiveWindow:     64 << 20,
+	}
+}
+
+// Server accepts UDP tunnel connections from edges and serves their exchanges.
+type Server struct {
+	cfg     ServerConfig
+	session *tunnel.Config
+	m       *Metrics
+	log     *slog.Logger
+	handle  Handler
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	ln    *quicgo.Listener
+	tr    *quicgo.Transport
+}
+
+// NewServer returns a server; Serve starts it.
+func NewServer(cfg ServerConfig, m *Metrics, log *slog.Logger, h Handler) *Server {
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, session: withDefaults(cfg.Session), m: m, log: log, handle: h, conns: map[*conn]struct{}{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	return s
+}
+
+// withDefaults fills the session fields this transport uses.
+func withDefaults(c *tunnel.Config) *tunnel.Config {
+	d := tunnel.DefaultConfig()
+	if c == nil {
+		return d
+	}
+	out := *c
+	if out.Node == "" {
+		out.Node = d.Node
+	}
+	if out.MaxCodedMessage == 0 {
+		out.MaxCodedMessage = d.MaxCodedMessage
+	}
+	if out.KeepaliveTimeout == 0 {
+		out.KeepaliveTimeout = d.KeepaliveTimeout
+	}
+	return &out
+}
+
+// Serve accepts connections on pc until Shutdown. It owns pc.
+func (s *Server) Serve(pc net.PacketConn) error {
+	if s.cfg.Verify == nil || s.cfg.TLS == nil {
+		return errors.New("quic tunnel: server needs TLS and Verify")
+	}
+	tr := &quicgo.Transport{Conn: pc}
+	ln, err := tr.Listen(s.cfg.TLS, quicConfig(s.session, s.cfg.MaxStreams, s.cfg.HandshakeTimeout))
+	if err != nil {
+		_ = tr.Close()
+		return fmt.Errorf("quic tunnel: listen: %w", err)
+	}
+	s.mu.Lock()
+	s.ln, s.tr = ln, tr
+	s.mu.Unlock()
+	for {
+		qc, err := ln.Accept(s.ctx)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("quic tunnel: accept: %w", err)
+		}
+		s.wg.Add(1)
+		go s.serveConn(qc)
+	}
+}
+
+// Addr is the listening address once Serve runs (nil before).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+func (s *Server) serveConn(qc *quicgo.Conn) {
+	defer s.wg.Done()
+	c, err := s.handshake(qc)
+	if err != nil {
+		return
+	}
+	defer s.m.untrack(c)
+	defer c.wait()
+	s.log.Info("udp tunnel connection up", "peer", c.peer.Node, "remote", qc.RemoteAddr())
+	var streams sync.WaitGroup
+	for {
+		qs, err := qc.AcceptStream(s.ctx)
+		if err != nil {
+			break
+		}
+		streams.Add(1)
+		st := newStream(c, qs, streams.Done)
+		go s.handle(s.ctx, st)
+	}
+	c.close(closeNormal, "")
+	streams.Wait()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.log.Info("udp tunnel connection down", "peer", c.peer.Node, "remote", qc.RemoteAddr(), "err", context.Cause(qc.Context()))
+}
+
+// handshake authenticates the edge on the control stream (the first stream it opens) and
+// exchanges HELLO, within HandshakeTimeout.
+func (s *Server) handshake(qc *quicgo.Conn) (*conn, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HandshakeTimeout)
+	defer cancel()
+	fail := func(result string, err error) (*conn, error) {
+		s.m.handshakes.WithLabelValues(result).Inc()
+		s.log.Warn("udp tunnel connection refused", "remote", qc.RemoteAddr(), "result", result, "err", err)
+		code := closeAuth
+		if result != "bad_key" && result != "bad_certificate" {
+			code = closeProtocol
+		}
+		_ = qc.CloseWithError(code, result)
+		return nil, err
+	}
+	s.mu.Lock()
+	full := len(s.conns) >= s.cfg.MaxConnections
+	s.mu.Unlock()
+	if full {
+		return fail("connection_limit", fmt.Errorf("%d connections already", s.cfg.MaxConnections))
+	}
+	ctrl, err := qc.AcceptStream(ctx)
+	if err != nil {
+		return fail("timeout", fmt.Errorf("no control stream: %w", err))
+	}
+	dl, _ := ctx.Deadline()
+	_ = ctrl.SetDeadline(dl)
+	who, err := s.cfg.Verify(qc.ConnectionState().TLS, ctrl)
+	if err != nil {
+		var r interface{ HandshakeResult() string }
+		result := "auth_failed"
+		if errors.As(err, &r) {
+			result = r.HandshakeResult()
+		}
+		// CONNECTION_CLOSE carries the result to the edge, which logs it.
+		return fail(result, err)
+	}
+	c := newConn(qc, s.session, s.m, "", s.log)
+	c.ctrl = ctrl
+	br := bufio.NewReaderSize(ctrl, 1024)
+	if err := c.exchangeHellos(br, s.cfg.MaxStreams); err != nil {
+		return fail("protocol_error", err)
+	}
+	_ = ctrl.SetDeadline(time.Time{})
+	c.label = c.peer.Node
+	c.m = s.m.conn(c.label, s.session.CodecName)
+	s.m.handshakes.WithLabelValues("ok").Inc()
+	s.m.track(c)
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	c.wg.Add(1)
+	go c.readControl(br)
+	s.log.Debug("udp tunnel edge authenticated", "who", who, "node", c.peer.Node)
+	return c, nil
+}
+
+// Shutdown stops accepting, tells every edge to open no more exchanges, waits for those in
+// flight until ctx ends, then closes every connection and the socket.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	ln, tr := s.ln, s.tr
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.goingAway.Store(true)
+		c.sendCtrl(ctrlGoAway, []byte("origin shutting down"))
+	}
+	// Wait for exchanges in flight (their streams) to finish.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		busy := false
+		for _, c := range conns {
+			if c.streams.Load() > 0 && c.qc.Context().Err() == nil {
+				busy = true
+			}
+		}
+		if !busy {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			break wait
+		case <-tick.C:
+		}
+	}
+	s.cancel()
+	for _, c := range conns {
+		c.close(closeNormal, "origin shutting down")
+	}
+	if ln != nil {
+		_ = ln.Close()
+	}
+	s.wg.Wait()
+	if tr != nil {
+		_ = tr.Close()
+	}
+	return ctx.Err()
+}

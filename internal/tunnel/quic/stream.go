@@ -1,0 +1,352 @@
+package quic
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/soapgw/soapgw/internal/tunnel"
+)
+
+// Stream is one exchange: the request message one way, the response the other, each
+// opened by a head (SPEC.md). It satisfies the proxy's Stream interface.
+//
+// Writing: a message that may be coded is buffered whole (up to the agreed max_coded)
+// and at CloseWrite coded and written with its head in one write, so it leaves in as few
+// packets as it can. A larger or flushed message streams as identity. Reading: the head
+// tells how the message travels; a coded one is read whole and decoded before the first
+// byte is returned.
+type Stream struct {
+	c  *conn
+	qs *quicgo.Stream
+
+	wmu       sync.Mutex
+	encoding  tunnel.Encoding
+	buf       []byte // the message while it may still be coded
+	streaming bool   // an identity head went out; writes pass through
+	wclosed   bool
+
+	rmu     sync.Mutex
+	rhead   head
+	hasHead bool
+	rbuf    []byte // decoded message, or identity bytes read along with the head
+	roff    int
+	rdone   bool  // the whole message has been read (EOF seen)
+	rcount  int   // identity bytes read, for metrics
+	rerr    error // sticky read error
+	closed  bool
+	onClose func() // the owner's bookkeeping, once
+}
+
+func newStream(c *conn, qs *quicgo.Stream, onClose func()) *Stream {
+	c.streams.Add(1)
+	c.m.streams.Inc()
+	return &Stream{c: c, qs: qs, encoding: c.cfg.Encoding, onClose: onClose}
+}
+
+// SetEncoding overrides the connection's codec policy for this stream's outgoing message.
+func (st *Stream) SetEncoding(e tunnel.Encoding) {
+	st.wmu.Lock()
+	st.encoding = e
+	st.wmu.Unlock()
+}
+
+// SetDeadline bounds every read and write on the stream.
+func (st *Stream) SetDeadline(t time.Time) error { return st.qs.SetDeadline(t) }
+
+// Write appends to the outgoing message.
+func (st *Stream) Write(p []byte) (int, error) {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if st.wclosed {
+		return 0, tunnel.ErrWriteClosed
+	}
+	if st.streaming {
+		n, err := st.qs.Write(p)
+		return n, st.mapErr(err)
+	}
+	if !st.c.coding(st.encoding) || len(st.buf)+len(p) > st.c.maxCoded {
+		if err := st.startStreaming(p); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	st.buf = append(st.buf, p...)
+	return len(p), nil
+}
+
+// Flush sends what is buffered now: the message then streams as identity.
+func (st *Stream) Flush() error {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if st.streaming || st.wclosed {
+		return nil
+	}
+	return st.startStreaming(nil)
+}
+
+// startStreaming sends an identity head with the buffered bytes and p.
+func (st *Stream) startStreaming(p []byte) error {
+	b := st.appendHead(make([]byte, 0, maxHeadLen+len(st.buf)+len(p)), head{})
+	b = append(append(b, st.buf...), p...)
+	st.c.m.message("sent", 0, modeStateless, len(st.buf)+len(p), len(st.buf)+len(p))
+	st.buf, st.streaming = nil, true
+	_, err := st.qs.Write(b)
+	return st.mapErr(err)
+}
+
+// appendHead appends h with any acknowledgement due to the peer.
+func (st *Stream) appendHead(dst []byte, h head) []byte {
+	h.Ack, h.HasAck = st.c.takeAck()
+	return h.append(dst)
+}
+
+// CloseWrite ends the outgoing message: a buffered one is coded and sent now.
+func (st *Stream) CloseWrite() error {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if st.wclosed {
+		return nil
+	}
+	st.wclosed = true
+	if st.streaming {
+		return st.mapErr(st.qs.Close())
+	}
+	raw := st.buf
+	st.buf = nil
+	h, payload := st.c.encode(st.encoding, raw)
+	if h.Codec == 0 {
+		payload = raw
+	}
+	b := st.appendHead(make([]byte, 0, maxHeadLen+len(payload)), h)
+	b = append(b, payload...)
+	st.c.m.message("sent", h.Codec, h.Mode, len(raw), len(payload))
+	var err error
+	if hook := testWriteHook.Load(); hook != nil {
+		err = (*hook)(h, b, st.qs)
+	} else {
+		_, err = st.qs.Write(b)
+	}
+	if err == nil {
+		err = st.qs.Close()
+	}
+	if err != nil && h.sequenced() {
+		st.c.lost(h.Seq)
+	}
+	return st.mapErr(err)
+}
+
+// testWriteHook, when a test sets it, writes a whole coded message in CloseWrite instead
+// of one Write: it can hold part of a message back, as a lost packet would.
+var testWriteHook atomic.Pointer[func(h head, msg []byte, w io.Writer) error]
+
+// Read reads the incoming message.
+func (st *Stream) Read(p []byte) (int, error) {
+	st.rmu.Lock()
+	defer st.rmu.Unlock()
+	if st.rerr != nil {
+		return 0, st.rerr
+	}
+	if !st.hasHead {
+		if err := st.readMessageHeadLocked(); err != nil {
+			st.rerr = err
+			return 0, err
+		}
+	}
+	if st.roff < len(st.rbuf) {
+		n := copy(p, st.rbuf[st.roff:])
+		st.roff += n
+		return n, nil
+	}
+	if st.rdone {
+		return 0, io.EOF
+	}
+	n, err := st.qs.Read(p)
+	st.rcount += n
+	if err == io.EOF {
+		st.rdone = true
+		st.c.m.message("received", 0, modeStateless, st.rcount, st.rcount)
+		return n, io.EOF
+	}
+	if err != nil {
+		st.rerr = st.mapErr(err)
+		return n, st.rerr
+	}
+	return n, nil
+}
+
+// readMessageHead reads the head and, for a coded message, the whole message.
+func (st *Stream) readMessageHead() error {
+	st.rmu.Lock()
+	defer st.rmu.Unlock()
+	if st.hasHead {
+		return st.rerr
+	}
+	err := st.readMessageHeadLocked()
+	if err != nil {
+		st.rerr = err
+	}
+	return err
+}
+
+func (st *Stream) readMessageHeadLocked() error {
+	b := make([]byte, 0, 512)
+	for {
+		n, err := st.qs.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		h, hn, perr := parseHead(b)
+		if perr == nil {
+			st.rhead, st.hasHead = h, true
+			if h.HasAck {
+				st.c.onAck(h.Ack)
+			}
+			if h.Codec == 0 {
+				st.rbuf, st.rdone = b[hn:], err == io.EOF
+				st.rcount = len(b) - hn
+				if st.rdone {
+					st.c.m.message("received", 0, modeStateless, st.rcount, st.rcount)
+				}
+				if err != nil && err != io.EOF {
+					return st.mapErr(err)
+				}
+				return nil
+			}
+			return st.readCoded(h, b[hn:], err == io.EOF)
+		}
+		if !errors.Is(perr, errShortHead) {
+			st.qs.CancelRead(codeCancelled)
+			st.c.close(closeProtocol, perr.Error())
+			return perr
+		}
+		if err == io.EOF {
+			return fmt.Errorf("%w: the peer ended the stream inside a message head", io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			return st.mapErr(err)
+		}
+		if len(b) >= maxHeadLen {
+			st.c.close(closeProtocol, "message head too long")
+			return fmt.Errorf("%w: longer than %d bytes", ErrBadHead, maxHeadLen)
+		}
+	}
+}
+
+// readCoded reads the rest of a coded message (have holds its first bytes) and decodes it.
+func (st *Stream) readCoded(h head, have []byte, eof bool) error {
+	limit := st.c.cfg.MaxCodedMessage + st.c.cfg.MaxCodedMessage/8 + 1024 // coded never grows much
+	payload := append(make([]byte, 0, min(int(h.RawLen)+64, limit)), have...)
+	for !eof {
+		if len(payload) == cap(payload) {
+			if len(payload) >= limit {
+				st.qs.CancelRead(codeTooLarge)
+				return fmt.Errorf("coded message larger than %d bytes", limit)
+			}
+			payload = append(payload, 0)[:len(payload)]
+		}
+		n, err := st.qs.Read(payload[len(payload):cap(payload)])
+		payload = payload[:len(payload)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return st.mapErr(err)
+		}
+	}
+	msg, err := st.c.decode(h, payload)
+	if err != nil {
+		st.c.log.Warn("coded message could not be decoded; the exchange is refused and retried", "peer", st.c.label, "codec", h.Codec, "seq", h.Seq, "err", err)
+		st.qs.CancelWrite(codeCodec)
+		return &resetError{code: codeCodec, remote: false, err: err}
+	}
+	st.c.m.message("received", h.Codec, h.Mode, len(msg), len(payload))
+	st.rbuf, st.rdone = msg, true
+	return nil
+}
+
+// Close releases the stream. An unfinished exchange is reset; a sequenced message that
+// came in unread is still decoded, so the codec state stays in step with the peer.
+func (st *Stream) Close() error {
+	st.wmu.Lock()
+	if !st.wclosed {
+		st.wclosed = true
+		st.buf = nil
+		st.qs.CancelWrite(codeCancelled)
+	}
+	st.wmu.Unlock()
+
+	st.rmu.Lock()
+	if st.closed {
+		st.rmu.Unlock()
+		return nil
+	}
+	st.closed = true
+	needDrain := !st.hasHead && st.rerr == nil
+	if st.hasHead && !st.rdone && st.rerr == nil {
+		st.qs.CancelRead(codeCancelled)
+	}
+	st.rmu.Unlock()
+	if needDrain {
+		st.c.drain(st)
+	}
+	st.c.streams.Add(-1)
+	st.c.m.streams.Dec()
+	if st.onClose != nil {
+		st.onClose()
+	}
+	return nil
+}
+
+// resetError is a stream reset, sent or received.
+type resetError struct {
+	code   quicgo.StreamErrorCode
+	remote bool
+	err    error
+}
+
+func (e *resetError) Error() string {
+	who := "locally"
+	if e.remote {
+		who = "by the peer"
+	}
+	s := fmt.Sprintf("quic tunnel: exchange reset %s (%s)", who, codeName(e.code))
+	if e.err != nil {
+		s += ": " + e.err.Error()
+	}
+	return s
+}
+
+func (e *resetError) Unwrap() error { return e.err }
+
+// Retryable reports whether the peer provably did not process the exchange.
+func (e *resetError) Retryable() bool {
+	return e.remote && (e.code == codeRefused || e.code == codeCodec)
+}
+
+func codeName(c quicgo.StreamErrorCode) string {
+	switch c {
+	case codeCancelled:
+		return "cancelled"
+	case codeRefused:
+		return "refused"
+	case codeCodec:
+		return "codec_error"
+	case codeTooLarge:
+		return "too_large"
+	}
+	return fmt.Sprintf("code %d", c)
+}
+
+// mapErr turns quic-go's stream errors into ours (resets that say whether a retry is safe);
+// deadline errors stay net.Errors with Timeout() true.
+func (st *Stream) mapErr(err error) error {
+	var se *quicgo.StreamError
+	if errors.As(err, &se) {
+		return &resetError{code: se.ErrorCode, remote: se.Remote, err: nil}
+	}
+	return err
+}

@@ -1,0 +1,178 @@
+package quic
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ALPN is the application protocol both gateways negotiate in the QUIC handshake. A
+// different protocol version gets a new name, so mismatched gateways fail the handshake
+// with a clear "no application protocol" instead of misreading each other.
+const ALPN = "soapgw-udp/1"
+
+// Message modes (SPEC.md, "Exchange streams").
+const (
+	modeStateless = 0 // coded on its own: any encoder of the codec decodes it
+	modeSequenced = 1 // coded with the sender's sequenced codec state, next in order
+	modeFresh     = 2 // as sequenced, but from a fresh codec state
+)
+
+// flagAck marks a message head that carries an acknowledgement.
+const flagAck = 0x80
+
+// maxCodecID is the largest codec id a head can carry (7 bits; 0 is identity).
+const maxCodecID = 0x7f
+
+// maxHeadLen bounds an encoded head: 1 + 10 (ack) + 1 + 10 (seq) + 10 (len) + 4 (crc).
+const maxHeadLen = 36
+
+// head opens each direction of an exchange stream.
+type head struct {
+	Codec  uint8  // 0: identity, the message follows as is until the stream ends
+	HasAck bool   // Ack is set
+	Ack    uint64 // the sender has decoded every sequenced message up to this seq
+	Mode   uint8  // for Codec != 0: modeStateless, modeSequenced or modeFresh
+	Seq    uint64 // sequenced modes: position in the sender's sequence (from 1)
+	RawLen uint64 // for Codec != 0: the decoded size
+	CRC    uint32 // sequenced modes: CRC-32C (Castagnoli) of the decoded message
+}
+
+// sequenced reports whether the message is coded with shared, ordered codec state.
+func (h head) sequenced() bool { return h.Codec != 0 && h.Mode != modeStateless }
+
+// append encodes h (SPEC.md).
+func (h head) append(dst []byte) []byte {
+	b := h.Codec
+	if h.HasAck {
+		b |= flagAck
+	}
+	dst = append(dst, b)
+	if h.HasAck {
+		dst = binary.AppendUvarint(dst, h.Ack)
+	}
+	if h.Codec == 0 {
+		return dst
+	}
+	dst = append(dst, h.Mode)
+	if h.sequenced() {
+		dst = binary.AppendUvarint(dst, h.Seq)
+	}
+	dst = binary.AppendUvarint(dst, h.RawLen)
+	if h.sequenced() {
+		dst = binary.BigEndian.AppendUint32(dst, h.CRC)
+	}
+	return dst
+}
+
+// errShortHead means b holds only part of a head; read more and parse again.
+var errShortHead = errors.New("quic tunnel: short message head")
+
+// ErrBadHead is a message head that breaks SPEC.md.
+var ErrBadHead = errors.New("quic tunnel: malformed message head")
+
+// parseHead decodes the head at the start of b and returns it with its length. It returns
+// errShortHead when b ends inside the head, and an error wrapping ErrBadHead when b can
+// never start a valid head.
+func parseHead(b []byte) (head, int, error) {
+	var h head
+	if len(b) == 0 {
+		return h, 0, errShortHead
+	}
+	h.Codec = b[0] &^ flagAck
+	h.HasAck = b[0]&flagAck != 0
+	n := 1
+	uvarint := func(what string) (uint64, error) {
+		v, k := binary.Uvarint(b[n:])
+		switch {
+		case k == 0:
+			return 0, errShortHead
+		case k < 0:
+			return 0, fmt.Errorf("%w: %s overflows 64 bits", ErrBadHead, what)
+		}
+		n += k
+		return v, nil
+	}
+	var err error
+	if h.HasAck {
+		if h.Ack, err = uvarint("ack"); err != nil {
+			return h, 0, err
+		}
+	}
+	if h.Codec == 0 {
+		return h, n, nil
+	}
+	if n >= len(b) {
+		return h, 0, errShortHead
+	}
+	h.Mode = b[n]
+	n++
+	if h.Mode > modeFresh {
+		return h, 0, fmt.Errorf("%w: mode %d", ErrBadHead, h.Mode)
+	}
+	if h.sequenced() {
+		if h.Seq, err = uvarint("seq"); err != nil {
+			return h, 0, err
+		}
+		if h.Seq == 0 {
+			return h, 0, fmt.Errorf("%w: seq 0", ErrBadHead)
+		}
+	}
+	if h.RawLen, err = uvarint("length"); err != nil {
+		return h, 0, err
+	}
+	if h.sequenced() {
+		if len(b)-n < 4 {
+			return h, 0, errShortHead
+		}
+		h.CRC = binary.BigEndian.Uint32(b[n:])
+		n += 4
+	}
+	return h, n, nil
+}
+
+// Control stream frames (SPEC.md, "Control stream").
+const (
+	ctrlAck    = 1 // uvarint seq: sequenced messages decoded up to seq
+	ctrlNack   = 2 // uvarint seq: the sequenced message seq could not be decoded
+	ctrlGoAway = 3 // UTF-8 reason: no new exchanges on this connection
+)
+
+// maxCtrlPayload bounds a control frame's payload.
+const maxCtrlPayload = 4096
+
+// appendCtrl appends a control frame.
+func appendCtrl(dst []byte, typ byte, payload []byte) []byte {
+	dst = append(dst, typ)
+	dst = binary.AppendUvarint(dst, uint64(len(payload)))
+	return append(dst, payload...)
+}
+
+// parseCtrl decodes the control frame at the start of b: its type, payload and length.
+func parseCtrl(b []byte) (typ byte, payload []byte, n int, err error) {
+	if len(b) < 2 {
+		return 0, nil, 0, errShortHead
+	}
+	typ = b[0]
+	l, k := binary.Uvarint(b[1:])
+	switch {
+	case k == 0:
+		return 0, nil, 0, errShortHead
+	case k < 0 || l > maxCtrlPayload:
+		return 0, nil, 0, fmt.Errorf("%w: control frame of %d bytes", ErrBadHead, l)
+	}
+	n = 1 + k + int(l)
+	if len(b) < n {
+		return 0, nil, 0, errShortHead
+	}
+	return typ, b[1+k : n], n, nil
+}
+
+// parseSeq decodes an ACK or NACK payload.
+func parseSeq(p []byte) (uint64, error) {
+	v, k := binary.Uvarint(p)
+	if k <= 0 || k != len(p) {
+		return 0, fmt.Errorf("%w: bad sequence number in control frame", ErrBadHead)
+	}
+	return v, nil
+}
