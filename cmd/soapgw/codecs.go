@@ -60,15 +60,8 @@ func (cs *codecs) session(base tunnel.Config, enc tunnel.Encoding) *tunnel.Confi
 }
 
 // routeOpener opens streams to a peer with a route's own codec.
-func routeOpener(peer *tunnel.Peer, enc tunnel.Encoding) proxy.Opener {
-	return proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) {
-		st, err := peer.OpenStream(ctx)
-		if err != nil {
-			return nil, err // a nil *tunnel.Stream must not become a non-nil interface
-		}
-		st.SetEncoding(enc)
-		return st, nil
-	})
+func routeOpener(peer tunnelPeer, enc tunnel.Encoding) proxy.Opener {
+	return proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) { return peer.open(ctx, enc) })
 }
 
 type tunnelCodec struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/soapgw/soapgw/internal/peerauth"
 	"github.com/soapgw/soapgw/internal/proxy"
 	"github.com/soapgw/soapgw/internal/tunnel"
+	quictun "github.com/soapgw/soapgw/internal/tunnel/quic"
 )
 
 // gateway is one soapgw process's roles, wired from a configuration: this is the only
@@ -30,14 +31,20 @@ type gateway struct {
 	log *slog.Logger
 	reg *prometheus.Registry
 
-	peers   map[string]*tunnel.Peer
+	peers   map[string]tunnelPeer
 	edge    *proxy.Edge
 	edgeLns map[string]net.Listener
 
 	origin     *proxy.Origin
 	tunSrv     *tunnel.Server
 	tunLn      net.Listener
+	udpSrv     *quictun.Server // nil when origin.udp_listen is off
+	udpLn      *net.UDPConn
 	originAuth *peerauth.Server
+
+	udpMetrics *quictun.Metrics
+	transports *transportMetrics
+	udpBufWarn sync.Once
 
 	peerAuths map[string]*peerauth.Client // by peer name
 	insecure  *prometheus.GaugeVec
@@ -65,7 +72,7 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	}, []string{"version", "node", "edge", "origin"})
 	reg.MustRegister(build)
 	build.WithLabelValues(versionString(), cfg.Node, strconv.FormatBool(cfg.Edge != nil), strconv.FormatBool(cfg.Origin != nil)).Set(1)
-	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]*tunnel.Peer{}, peerAuths: map[string]*peerauth.Client{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
+	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]tunnelPeer{}, peerAuths: map[string]*peerauth.Client{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
 	built := g // the named result is nil on error returns; clean up what was built
 	defer func() {
 		if err != nil {
@@ -93,6 +100,8 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 		}
 	}
 	tm := tunnel.NewMetrics(reg)
+	g.udpMetrics = quictun.NewMetrics(reg)
+	g.transports = newTransportMetrics(reg)
 	pm := proxy.NewMetrics(reg)
 	lim := proxyLimits(cfg.Limits)
 	cs, err := newCodecs(cfg.Codecs, log)
@@ -131,6 +140,10 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	if g.tunSrv != nil {
 		g.serve("origin tunnel listener", func() error { return g.tunSrv.Serve(g.tunLn) })
 		log.Info("origin listening for tunnels", "addr", g.tunLn.Addr().String(), "upstreams", len(cfg.Origin.Upstreams))
+	}
+	if g.udpSrv != nil {
+		g.serve("origin UDP tunnel listener", func() error { return g.udpSrv.Serve(g.udpLn) })
+		log.Info("origin listening for UDP tunnels", "addr", g.udpLn.LocalAddr().String())
 	}
 	for name, ln := range g.edgeLns {
 		g.serve("edge listener "+name, func() error { return g.edge.Serve(ln, name) })
@@ -193,6 +206,9 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	}, tm, g.log.With("role", "origin"), func(ctx context.Context, st *tunnel.Stream) {
 		origin.ServeStream(ctx, st)
 	})
+	if err := g.startUDPOrigin(o, cs, enc); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -241,13 +257,7 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 		if err != nil {
 			return err
 		}
-		openers[p.Name] = proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) {
-			st, err := peer.OpenStream(ctx)
-			if err != nil {
-				return nil, err // a nil *tunnel.Stream must not become a non-nil interface
-			}
-			return st, nil
-		})
+		openers[p.Name] = proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) { return peer.open(ctx, nil) })
 	}
 	routes, err := g.proxyRoutes(e.Routes)
 	if err != nil {
@@ -267,9 +277,10 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 	return nil
 }
 
-// startPeer starts the tunnel peer for p: it dials TCP, authenticates (TLS and key proof,
-// or mutual TLS, or nothing when insecure) and then runs the tunnel handshake.
-func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs *codecs, socks *tunnelSockets, tm *tunnel.Metrics) (*tunnel.Peer, error) {
+// startPeer starts the tunnel peer for p: it dials TCP or UDP (QUIC), authenticates (TLS
+// and key proof, or mutual TLS, or nothing when insecure) and then runs the tunnel
+// handshake. With transport udp and fallback tcp it keeps both up.
+func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs *codecs, socks *tunnelSockets, tm *tunnel.Metrics) (tunnelPeer, error) {
 	enc, err := cs.policy(p.Codec)
 	if err != nil { // config validation already refuses unknown names
 		return nil, usageError{fmt.Errorf("%s (%s): %w", field, p.Name, err)}
@@ -288,8 +299,28 @@ func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs
 		g.insecure.WithLabelValues("edge", p.Name).Set(1)
 		g.log.Warn("insecure is true for this peer: its tunnel is plaintext and unauthenticated", "peer", p.Name, "address", p.Address)
 	}
+	var peer tunnelPeer
+	switch {
+	case p.Transport == config.TransportUDP && p.Fallback == config.TransportTCP:
+		fb := &fallbackPeer{name: p.Name, udp: udpPeer{g.startUDPPeer(ctx, p, cs, enc, auth)}, tcp: tcpPeer{g.startTCPPeer(ctx, p, cs, enc, auth, socks, tm)},
+			active: g.transports.active, switches: g.transports.switches, log: g.log.With("role", "edge")}
+		fb.note(config.TransportUDP)
+		peer = fb
+	case p.Transport == config.TransportUDP:
+		peer = udpPeer{g.startUDPPeer(ctx, p, cs, enc, auth)}
+		g.transports.active.WithLabelValues(p.Name, config.TransportUDP).Set(1)
+	default:
+		peer = tcpPeer{g.startTCPPeer(ctx, p, cs, enc, auth, socks, tm)}
+		g.transports.active.WithLabelValues(p.Name, config.TransportTCP).Set(1)
+	}
+	g.peers[p.Name] = peer
+	return peer, nil
+}
+
+// startTCPPeer starts the TCP tunnel peer for p, authenticated with auth.
+func (g *gateway) startTCPPeer(ctx context.Context, p config.Peer, cs *codecs, enc tunnel.Encoding, auth *peerauth.Client, socks *tunnelSockets, tm *tunnel.Metrics) *tunnel.Peer {
 	dial := socks.dialer(p.RTOMin)
-	peer := tunnel.NewPeer(ctx, tunnel.PeerConfig{
+	return tunnel.NewPeer(ctx, tunnel.PeerConfig{
 		Name:        p.Name,
 		Address:     p.Address,
 		Connections: p.Connections,
@@ -312,8 +343,6 @@ func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs
 			KeepaliveTimeout:  p.KeepaliveTimeout,
 		}, enc),
 	}, tm, g.log.With("role", "edge"))
-	g.peers[p.Name] = peer
-	return peer, nil
 }
 
 func proxyLimits(l config.Limits) proxy.Limits {
@@ -371,6 +400,9 @@ func (g *gateway) closeListeners() {
 	if g.tunLn != nil {
 		_ = g.tunLn.Close()
 	}
+	if g.udpLn != nil { // before Serve; afterwards Shutdown closes it
+		_ = g.udpLn.Close()
+	}
 }
 
 // shutdown drains in dependency order: the edge stops taking requests and finishes those
@@ -392,6 +424,11 @@ func (g *gateway) shutdown(ctx context.Context) error {
 		_ = g.tunLn.Close()
 		if err := g.tunSrv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("origin drain: %w", err))
+		}
+		if g.udpSrv != nil {
+			if err := g.udpSrv.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("origin UDP drain: %w", err))
+			}
 		}
 		g.origin.Close()
 	}

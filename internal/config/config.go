@@ -15,13 +15,19 @@ import (
 // [OriginConfig.Codec] (cmd/soapgw checks internal/codec implements each).
 var CodecNames = []string{"identity", "gzip", "zstd", "zstd-stream", "token", "auto"}
 
-// Transports lists the values accepted by [Peer.Transport]. "udp" is
-// reserved for the reliable UDP transport and is rejected until it exists.
-var Transports = []string{TransportTCP}
+// Transports lists the values accepted by [Peer.Transport].
+var Transports = []string{TransportTCP, TransportUDP}
+
+// Fallbacks lists the values accepted by [Peer.Fallback].
+var Fallbacks = []string{"", TransportTCP}
 
 // Values of enumerated fields.
 const (
 	TransportTCP = "tcp"
+	TransportUDP = "udp"
+
+	// UDPListenOff turns the origin's UDP tunnel listener off.
+	UDPListenOff = "off"
 
 	HTTP10 = "1.0"
 	HTTP11 = "1.1"
@@ -158,8 +164,18 @@ type Peer struct {
 	Name string `yaml:"name"`
 	// Address is the host:port of the origin's tunnel listener. Required.
 	Address string `yaml:"address"`
-	// Transport carries the tunnel. Only "tcp" for now. Default: "tcp".
+	// Transport carries the tunnel: "tcp" (multiplexed TCP connections)
+	// or "udp" (QUIC: no head-of-line blocking between exchanges after a
+	// loss, connections that survive an address change; the origin's UDP
+	// listener is on the same port as its TCP one unless it sets
+	// udp_listen). Default: "tcp".
 	Transport string `yaml:"transport"`
+	// Fallback, with transport udp, names a transport to carry the traffic
+	// while UDP does not get through (networks that drop UDP): "tcp" keeps
+	// a TCP tunnel to the same address up beside the UDP one and uses it
+	// while no UDP connection is up; UDP is retried all along and takes
+	// over again when it connects. Default: "" (none).
+	Fallback string `yaml:"fallback,omitempty"`
 	// Connections is how many tunnel connections are kept open to this
 	// peer; exchanges are spread over them. 1..64. Default: 2.
 	Connections int `yaml:"connections"`
@@ -260,6 +276,10 @@ type Route struct {
 type OriginConfig struct {
 	// Listen is the host:port accepting tunnel connections. Required.
 	Listen string `yaml:"listen"`
+	// UDPListen is the host:port (UDP) accepting UDP tunnel connections,
+	// authenticated like the TCP ones; "off" turns it off. Default: "" (the
+	// same address as listen).
+	UDPListen string `yaml:"udp_listen,omitempty"`
 	// Upstreams are the real SOAP services, named by routes at the edge.
 	// Required, >= 1.
 	Upstreams []Upstream `yaml:"upstreams"`
@@ -377,6 +397,17 @@ func Default() *Config {
 // decoding the YAML over it.
 type defaulter interface {
 	setDefaults()
+}
+
+// UDPAddress is the address of the UDP tunnel listener, or "" when it is off.
+func (o *OriginConfig) UDPAddress() string {
+	switch o.UDPListen {
+	case UDPListenOff:
+		return ""
+	case "":
+		return o.Listen
+	}
+	return o.UDPListen
 }
 
 func (o *OriginConfig) setDefaults() {

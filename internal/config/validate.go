@@ -91,6 +91,12 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		checkName(errs, p+".name", peer.Name, peers, p)
 		checkAddr(errs, p+".address", peer.Address, true)
 		checkOneOf(errs, p+".transport", "transport", peer.Transport, Transports)
+		if peer.Fallback != "" {
+			checkOneOf(errs, p+".fallback", "fallback", peer.Fallback, Fallbacks[1:])
+			if peer.Transport != TransportUDP {
+				errs.add(p+".fallback", "only applies to transport: udp")
+			}
+		}
 		if peer.Connections < 1 || peer.Connections > 64 {
 			errs.add(p+".connections", "must be from 1 to 64, got %d", peer.Connections)
 		}
@@ -171,6 +177,9 @@ func (c *CodecConfig) validate(errs *errorList) {
 
 func (o *OriginConfig) validate(errs *errorList) {
 	checkAddr(errs, "origin.listen", o.Listen, false)
+	if o.UDPListen != "" && o.UDPListen != UDPListenOff {
+		checkAddr(errs, "origin.udp_listen", o.UDPListen, false)
+	}
 	if o.MaxConnections < 1 {
 		errs.add("origin.max_connections", "must be at least 1, got %d", o.MaxConnections)
 	}

@@ -172,10 +172,27 @@ func TestParseValidationErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "fallback only with udp",
+			yaml: doc(with(edgeDoc, 8,
+				"      address: dc1:70", // 8
+				"      fallback: tcp",   // 9
+			)...),
+			want: []string{"x.yaml:9: edge.peers[0].fallback: only applies to transport: udp"},
+		},
+		{
+			name: "unknown fallback",
+			yaml: doc(with(edgeDoc, 8,
+				"      address: dc1:70",   // 8
+				"      transport: udp",    // 9
+				"      fallback: carrier", // 10
+			)...),
+			want: []string{`x.yaml:10: edge.peers[0].fallback: unknown fallback "carrier" (allowed: tcp)`},
+		},
+		{
 			name: "peer settings out of range",
 			yaml: doc(with(edgeDoc, 8,
 				"      address: dc1:70",        // 8
-				"      transport: udp",         // 9
+				"      transport: quic",        // 9
 				"      connections: 65",        // 10
 				"      codec: lz4",             // 11
 				"      dial_timeout: 0s",       // 12
@@ -184,7 +201,7 @@ func TestParseValidationErrors(t *testing.T) {
 				"      rto_min: 1s",            // 15
 			)...),
 			want: []string{
-				`x.yaml:9: edge.peers[0].transport: unknown transport "udp" (allowed: tcp)`,
+				`x.yaml:9: edge.peers[0].transport: unknown transport "quic" (allowed: tcp, udp)`,
 				"x.yaml:10: edge.peers[0].connections: must be from 1 to 64, got 65",
 				`x.yaml:11: edge.peers[0].codec: unknown codec "lz4" (allowed: identity, gzip, zstd, zstd-stream, token, auto)`,
 				"x.yaml:12: edge.peers[0].dial_timeout: must be greater than 0",

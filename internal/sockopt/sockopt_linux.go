@@ -31,3 +31,28 @@ func rtoMin(fd uintptr) (time.Duration, error) {
 	}
 	return time.Duration(v) * time.Microsecond, nil
 }
+
+func setUDPBuffers(fd uintptr, size int) (rcv, snd int, err error) {
+	if err := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUFFORCE, size); err != nil {
+		return 0, 0, err
+	}
+	if err := syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUFFORCE, size); err != nil {
+		return 0, 0, err
+	}
+	return getUDPBuffers(fd)
+}
+
+func getUDPBuffers(fd uintptr) (rcv, snd int, err error) {
+	if rcv, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF); err != nil {
+		return 0, 0, err
+	}
+	snd, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF)
+	return rcv, snd, err
+}
+
+func udpBuffers(raw syscall.RawConn) (rcv, snd int, err error) {
+	if cerr := raw.Control(func(fd uintptr) { rcv, snd, err = getUDPBuffers(fd) }); cerr != nil {
+		return 0, 0, cerr
+	}
+	return rcv, snd, err
+}

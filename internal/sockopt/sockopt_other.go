@@ -2,8 +2,15 @@
 
 package sockopt
 
-import "time"
+import (
+	"syscall"
+	"time"
+)
 
 func setRTOMin(uintptr, time.Duration) error { return ErrUnsupported }
 
 func rtoMin(uintptr) (time.Duration, error) { return 0, ErrUnsupported }
+
+func setUDPBuffers(uintptr, int) (int, int, error) { return 0, 0, ErrUnsupported }
+
+func udpBuffers(syscall.RawConn) (int, int, error) { return 0, 0, ErrUnsupported }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -73,4 +74,18 @@ func TestRTOMinControl(t *testing.T) {
 	got, err = RTOMin(s)
 	require.NoError(t, err)
 	require.Less(t, got, 30*time.Millisecond, "accepted, after SetRTOMin")
+}
+
+func TestSetUDPBuffers(t *testing.T) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer c.Close()
+	rcv, snd, err := SetUDPBuffers(c, UDPBufferSize)
+	require.NoError(t, err)
+	require.Positive(t, rcv)
+	require.Positive(t, snd)
+	if os.Geteuid() == 0 { // the forcing options pass the sysctl caps
+		require.GreaterOrEqual(t, rcv, UDPBufferSize)
+		require.GreaterOrEqual(t, snd, UDPBufferSize)
+	}
 }

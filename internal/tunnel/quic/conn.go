@@ -73,6 +73,8 @@ type conn struct {
 	ackTimer *time.Timer // owned; stopped by close
 
 	goingAway atomic.Bool
+	goAwayCh  chan struct{} // closed when the peer sends GOAWAY
+	goAwayOne sync.Once
 	streams   atomic.Int64
 	wg        sync.WaitGroup // control reader, drains
 	closeOnce sync.Once
@@ -105,6 +107,7 @@ var errLaneBusy = errors.New("sequenced lane busy")
 
 func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log *slog.Logger) *conn {
 	c := &conn{qc: qc, cfg: cfg, label: label, m: m.conn(label, cfg.CodecName), log: log}
+	c.goAwayCh = make(chan struct{})
 	c.enc.fresh = true
 	c.dec.broken = true
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
@@ -403,6 +406,7 @@ func (c *conn) readControl(br *bufio.Reader) {
 			}
 		case ctrlGoAway:
 			c.goingAway.Store(true)
+			c.goAwayOne.Do(func() { close(c.goAwayCh) })
 		default: // unknown frames are ignored, so later versions may add some
 		}
 	}

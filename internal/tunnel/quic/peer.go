@@ -202,26 +202,49 @@ func (p *Peer) maintain() {
 		p.log.Info("udp tunnel connection up", "local", c.qc.LocalAddr(), "origin_node", c.peer.Node)
 		select {
 		case <-c.done():
-		case <-p.ctx.Done():
-			c.close(closeNormal, "edge shutting down")
-		}
-		c.close(closeNormal, "")
-		c.wait()
-		p.m.untrack(c)
-		_ = tr.Close()
-		cause := context.Cause(c.qc.Context())
-		p.setConns(func(cs []*conn) []*conn {
-			for i, x := range cs {
-				if x == c {
-					return append(cs[:i], cs[i+1:]...)
+			p.retire(c, tr)
+		case <-c.goAwayCh:
+			// The origin is draining: connect anew now (it may be a restarted origin
+			// behind the same address) and let this one finish its exchanges.
+			p.setConns(func(cs []*conn) []*conn { return cs }, nil) // wake waiters: c no longer takes streams
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				select {
+				case <-c.done():
+				case <-p.ctx.Done():
 				}
-			}
-			return cs
-		}, cause)
-		if p.ctx.Err() == nil {
-			p.log.Warn("udp tunnel connection down; reconnecting", "err", cause)
+				p.retire(c, tr)
+			}()
+		case <-p.ctx.Done():
+			p.retire(c, tr)
 		}
 		backoff = p.cfg.BackoffMin
+	}
+}
+
+// retire closes c (if it is not closed yet), waits for its goroutines and drops it.
+func (p *Peer) retire(c *conn, tr *quicgo.Transport) {
+	why := "edge shutting down"
+	if p.ctx.Err() == nil {
+		why = ""
+	}
+	c.close(closeNormal, why)
+	c.wait()
+	p.m.untrack(c)
+	_ = tr.Close()
+	_ = tr.Conn.Close() // the transport does not close a socket it was given
+	cause := context.Cause(c.qc.Context())
+	p.setConns(func(cs []*conn) []*conn {
+		for i, x := range cs {
+			if x == c {
+				return append(cs[:i], cs[i+1:]...)
+			}
+		}
+		return cs
+	}, nil)
+	if p.ctx.Err() == nil {
+		p.log.Warn("udp tunnel connection down; reconnecting", "err", cause)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -86,10 +87,13 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	closing atomic.Bool // Shutdown has begun
+
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	ln    *quicgo.Listener
 	tr    *quicgo.Transport
+	pc    net.PacketConn
 }
 
 // NewServer returns a server; Serve starts it.
@@ -131,15 +135,16 @@ func (s *Server) Serve(pc net.PacketConn) error {
 	ln, err := tr.Listen(s.cfg.TLS, quicConfig(s.session, s.cfg.MaxStreams, s.cfg.HandshakeTimeout))
 	if err != nil {
 		_ = tr.Close()
+		_ = pc.Close()
 		return fmt.Errorf("quic tunnel: listen: %w", err)
 	}
 	s.mu.Lock()
-	s.ln, s.tr = ln, tr
+	s.ln, s.tr, s.pc = ln, tr, pc
 	s.mu.Unlock()
 	for {
 		qc, err := ln.Accept(s.ctx)
 		if err != nil {
-			if s.ctx.Err() != nil {
+			if s.closing.Load() || s.ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("quic tunnel: accept: %w", err)
@@ -246,13 +251,17 @@ func (s *Server) handshake(qc *quicgo.Conn) (*conn, error) {
 // Shutdown stops accepting, tells every edge to open no more exchanges, waits for those in
 // flight until ctx ends, then closes every connection and the socket.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
-	ln, tr := s.ln, s.tr
+	ln, tr, pc := s.ln, s.tr, s.pc
 	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close() // no new connections; those up keep running
+	}
 	for _, c := range conns {
 		c.goingAway.Store(true)
 		c.sendCtrl(ctrlGoAway, []byte("origin shutting down"))
@@ -281,12 +290,10 @@ wait:
 	for _, c := range conns {
 		c.close(closeNormal, "origin shutting down")
 	}
-	if ln != nil {
-		_ = ln.Close()
-	}
 	s.wg.Wait()
 	if tr != nil {
 		_ = tr.Close()
+		_ = pc.Close() // the transport does not close a socket it was given
 	}
 	return ctx.Err()
 }
