@@ -184,6 +184,9 @@ func (p *Peer) maintain() {
 	backoff := p.cfg.BackoffMin
 	for p.ctx.Err() == nil {
 		c, tr, err := p.connect()
+		if err != nil && p.ctx.Err() != nil {
+			return // shutting down
+		}
 		if err != nil {
 			p.m.dials.WithLabelValues(p.cfg.Name, "error").Inc()
 			p.setConns(func(cs []*conn) []*conn { return cs }, err)
