@@ -37,7 +37,7 @@ const (
 const (
 	// ackDelay is how long a decoded sequenced message waits for an outgoing message head
 	// to carry its acknowledgement before a control ACK is sent alone.
-	ackDelay = 5 * time.Millisecond
+	ackDelay = 20 * time.Millisecond
 	// laneTimeout frees a sequenced lane whose message was never acknowledged (the peer
 	// lost it with a stream it abandoned): the next message starts a fresh state.
 	laneTimeout = 5 * time.Second
@@ -71,6 +71,16 @@ type conn struct {
 	ackMu    sync.Mutex
 	ackSent  uint64
 	ackTimer *time.Timer // owned; stopped by close
+
+	// Stream credit (origin side). quic-go gives the edge a new stream (MAX_STREAMS) each
+	// time a finished stream's credit is released, in a packet of its own when released on
+	// its own: on a request/response tunnel that is a third packet per exchange, and the
+	// edge acknowledges it at once (two ack-eliciting packets). Releasing the credit of
+	// finished exchanges just before the next response leaves puts the frame in that
+	// response's packet; creditTimer releases it anyway when no response follows.
+	creditMu    sync.Mutex
+	credit      []*quicgo.Stream
+	creditTimer *time.Timer
 
 	goingAway atomic.Bool
 	goAwayCh  chan struct{} // closed when the peer sends GOAWAY
@@ -112,6 +122,8 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.dec.broken = true
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
 	c.ackTimer.Stop()
+	c.creditTimer = time.AfterFunc(time.Hour, c.releaseCredit)
+	c.creditTimer.Stop()
 	return c
 }
 
@@ -412,10 +424,44 @@ func (c *conn) readControl(br *bufio.Reader) {
 	}
 }
 
+// creditDelay bounds how long a finished exchange's stream credit waits for a response
+// packet to ride on; maxHeldCredit bounds how many wait.
+const (
+	creditDelay   = 50 * time.Millisecond
+	maxHeldCredit = 64
+)
+
+// holdCredit keeps the credit of a finished exchange's stream for the next response.
+func (c *conn) holdCredit(qs *quicgo.Stream) {
+	c.creditMu.Lock()
+	c.credit = append(c.credit, qs)
+	n := len(c.credit)
+	c.creditMu.Unlock()
+	if n >= maxHeldCredit {
+		c.releaseCredit()
+		return
+	}
+	if n == 1 {
+		c.creditTimer.Reset(creditDelay)
+	}
+}
+
+// releaseCredit gives the edge back the streams of finished exchanges.
+func (c *conn) releaseCredit() {
+	c.creditMu.Lock()
+	held := c.credit
+	c.credit = nil
+	c.creditMu.Unlock()
+	for _, qs := range held {
+		qs.ReleaseStreamCredit()
+	}
+}
+
 // close ends the connection once; every stream on it fails.
 func (c *conn) close(code quicgo.ApplicationErrorCode, why string) {
 	c.closeOnce.Do(func() {
 		c.ackTimer.Stop()
+		c.creditTimer.Stop()
 		_ = c.qc.CloseWithError(code, why)
 	})
 }

@@ -94,7 +94,17 @@ type connMetrics struct {
 	ctrlAcks prometheus.Counter
 	nacks    *prometheus.CounterVec
 	name     func(id uint8) string
+
+	mu    sync.Mutex
+	kinds map[messageKind]*messageCounters // resolved children, so a message costs no label hashing
 }
+
+type messageKind struct {
+	dir         string
+	codec, mode uint8
+}
+
+type messageCounters struct{ messages, raw, payload prometheus.Counter }
 
 func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 	if name == nil {
@@ -120,13 +130,28 @@ func defaultCodecName(id uint8) string {
 }
 
 func (cm *connMetrics) message(dir string, codec, mode uint8, raw, payload int) {
-	m, name := "identity", cm.name(codec)
-	if codec != 0 {
-		m = modeNames[mode]
+	k := messageKind{dir, codec, mode}
+	cm.mu.Lock()
+	c := cm.kinds[k]
+	if c == nil {
+		m, name := "identity", cm.name(codec)
+		if codec != 0 {
+			m = modeNames[mode]
+		}
+		c = &messageCounters{
+			messages: cm.m.messages.WithLabelValues(cm.peer, dir, name, m),
+			raw:      cm.m.raw.WithLabelValues(cm.peer, dir, name),
+			payload:  cm.m.payload.WithLabelValues(cm.peer, dir, name),
+		}
+		if cm.kinds == nil {
+			cm.kinds = map[messageKind]*messageCounters{}
+		}
+		cm.kinds[k] = c
 	}
-	cm.m.messages.WithLabelValues(cm.peer, dir, name, m).Inc()
-	cm.m.raw.WithLabelValues(cm.peer, dir, name).Add(float64(raw))
-	cm.m.payload.WithLabelValues(cm.peer, dir, name).Add(float64(payload))
+	cm.mu.Unlock()
+	c.messages.Inc()
+	c.raw.Add(float64(raw))
+	c.payload.Add(float64(payload))
 }
 
 // track adds a live connection to the path statistics.

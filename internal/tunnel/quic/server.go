@@ -68,6 +68,7 @@ func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration) *qu
 		KeepAlivePeriod:                s.KeepaliveInterval,
 		MaxIncomingStreams:             maxStreams,
 		MaxIncomingUniStreams:          -1, // the protocol uses none
+		RequireStreamCreditRelease:     maxStreams > 0, // the origin: see conn.holdCredit
 		InitialStreamReceiveWindow:     256 << 10,
 		MaxStreamReceiveWindow:         8 << 20,
 		InitialConnectionReceiveWindow: 1 << 20,
@@ -181,6 +182,7 @@ func (s *Server) serveConn(qc *quicgo.Conn) {
 		}
 		streams.Add(1)
 		st := newStream(c, qs, streams.Done)
+		st.server = true
 		go s.handle(s.ctx, st)
 	}
 	c.close(closeNormal, "")

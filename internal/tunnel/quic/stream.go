@@ -22,8 +22,9 @@ import (
 // tells how the message travels; a coded one is read whole and decoded before the first
 // byte is returned.
 type Stream struct {
-	c  *conn
-	qs *quicgo.Stream
+	c      *conn
+	qs     *quicgo.Stream
+	server bool // accepted by the origin: its credit is released late (conn.holdCredit)
 
 	wmu       sync.Mutex
 	encoding  tunnel.Encoding
@@ -92,6 +93,9 @@ func (st *Stream) Flush() error {
 
 // startStreaming sends an identity head with the buffered bytes and p.
 func (st *Stream) startStreaming(p []byte) error {
+	if st.server {
+		st.c.releaseCredit()
+	}
 	b := st.appendHead(make([]byte, 0, maxHeadLen+len(st.buf)+len(p)), head{})
 	b = append(append(b, st.buf...), p...)
 	st.c.m.message("sent", 0, modeStateless, len(st.buf)+len(p), len(st.buf)+len(p))
@@ -126,6 +130,9 @@ func (st *Stream) CloseWrite() error {
 	b := st.appendHead(make([]byte, 0, maxHeadLen+len(payload)), h)
 	b = append(b, payload...)
 	st.c.m.message("sent", h.Codec, h.Mode, len(raw), len(payload))
+	if st.server {
+		st.c.releaseCredit()
+	}
 	var err error
 	if hook := testWriteHook.Load(); hook != nil {
 		err = (*hook)(h, b, st.qs)
@@ -295,6 +302,9 @@ func (st *Stream) Close() error {
 	}
 	st.c.streams.Add(-1)
 	st.c.m.streams.Dec()
+	if st.server {
+		st.c.holdCredit(st.qs)
+	}
 	if st.onClose != nil {
 		st.onClose()
 	}
