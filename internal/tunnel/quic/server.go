@@ -67,7 +67,7 @@ func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration) *qu
 		MaxIdleTimeout:                 idle,
 		KeepAlivePeriod:                s.KeepaliveInterval,
 		MaxIncomingStreams:             maxStreams,
-		MaxIncomingUniStreams:          -1, // the protocol uses none
+		MaxIncomingUniStreams:          -1,             // the protocol uses none
 		RequireStreamCreditRelease:     maxStreams > 0, // the origin: see conn.holdCredit
 		InitialStreamReceiveWindow:     256 << 10,
 		MaxStreamReceiveWindow:         8 << 20,
