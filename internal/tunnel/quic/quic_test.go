@@ -184,3 +184,23 @@ func TestUDPNoCodecs(t *testing.T) {
 }
 
 var _ = codec.Token
+
+// TestUDPNotSentIsRetryable: an exchange whose connection closed before any of its bytes
+// left reports an error the edge may retry (the origin never saw it).
+func TestUDPNotSentIsRetryable(t *testing.T) {
+	p := newPair(t, pairOptions{codecs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := p.peer.OpenStream(ctx)
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = st.Write(soapMessage(1, 300))
+	require.NoError(t, err)
+	st.c.close(closeNormal, "test")
+	<-st.c.done()
+	err = st.CloseWrite()
+	require.Error(t, err)
+	var r interface{ Retryable() bool }
+	require.ErrorAs(t, err, &r)
+	require.True(t, r.Retryable(), "%v", err)
+}

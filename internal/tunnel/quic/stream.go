@@ -93,6 +93,10 @@ func (st *Stream) Flush() error {
 
 // startStreaming sends an identity head with the buffered bytes and p.
 func (st *Stream) startStreaming(p []byte) error {
+	if err := st.c.err(); err != nil {
+		st.qs.CancelWrite(codeCancelled)
+		return &notSentError{err}
+	}
 	if st.server {
 		st.c.releaseCredit()
 	}
@@ -123,6 +127,11 @@ func (st *Stream) CloseWrite() error {
 	}
 	raw := st.buf
 	st.buf = nil
+	if err := st.c.err(); err != nil {
+		// Nothing of this exchange was sent: the edge may retry it on another connection.
+		st.qs.CancelWrite(codeCancelled)
+		return &notSentError{err}
+	}
 	h, payload := st.c.encode(st.encoding, raw)
 	if h.Codec == 0 {
 		payload = raw
@@ -310,6 +319,15 @@ func (st *Stream) Close() error {
 	}
 	return nil
 }
+
+// notSentError is a failure before any byte of the exchange left: safe to retry.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string {
+	return "quic tunnel: connection closed before the exchange was sent: " + e.err.Error()
+}
+func (e *notSentError) Unwrap() error   { return e.err }
+func (e *notSentError) Retryable() bool { return true }
 
 // resetError is a stream reset, sent or received.
 type resetError struct {
