@@ -141,14 +141,23 @@ func (c *conn) hello(maxStreams int64) frame.Hello {
 	return h
 }
 
+// helloMessage is this side's HELLO as written on the control stream.
+func (c *conn) helloMessage(maxStreams int64) []byte {
+	h := frame.AppendHello(nil, c.hello(maxStreams))
+	return append(binary.AppendUvarint(nil, uint64(len(h))), h...)
+}
+
 // exchangeHellos sends ours and reads the peer's on the control stream, and settles the
 // codecs both sides decode. br reads the control stream (it may hold bytes after HELLO).
 func (c *conn) exchangeHellos(br *bufio.Reader, maxStreams int64) error {
-	h := frame.AppendHello(nil, c.hello(maxStreams))
-	msg := binary.AppendUvarint(nil, uint64(len(h)))
-	if _, err := c.ctrl.Write(append(msg, h...)); err != nil {
+	if _, err := c.ctrl.Write(c.helloMessage(maxStreams)); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
+	return c.readHello(br)
+}
+
+// readHello reads the peer's HELLO and settles the codecs both sides decode.
+func (c *conn) readHello(br *bufio.Reader) error {
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
 		return fmt.Errorf("read hello: %w", err)

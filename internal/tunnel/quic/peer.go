@@ -283,12 +283,22 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 	dl, _ := ctx.Deadline()
 	_ = ctrl.SetDeadline(dl)
 	c.ctrl = ctrl
-	if err := p.cfg.Prove(qc.ConnectionState().TLS, ctrl); err != nil {
+	// HELLO goes out with the key proof (one write, one round trip for both): the origin
+	// reads the proof first and HELLO after it, and HELLO holds nothing secret.
+	hello := &helloAfterFirstWrite{ReadWriter: ctrl, hello: c.helloMessage(1)}
+	if err := p.cfg.Prove(qc.ConnectionState().TLS, hello); err != nil {
 		c.close(closeAuth, "")
 		return fail(fmt.Errorf("authenticating to %s: %w", p.cfg.Address, closeReason(qc, err)))
 	}
 	br := bufio.NewReaderSize(ctrl, 1024)
-	if err := c.exchangeHellos(br, 0); err != nil {
+	err = nil
+	if !hello.sent { // no key proof was written (mutual TLS alone, or insecure)
+		_, err = ctrl.Write(hello.hello)
+	}
+	if err == nil {
+		err = c.readHello(br)
+	}
+	if err != nil {
 		c.close(closeProtocol, "")
 		return fail(fmt.Errorf("hello with %s: %w", p.cfg.Address, closeReason(qc, err)))
 	}
@@ -296,6 +306,24 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 	c.wg.Add(1)
 	go c.readControl(br)
 	return c, tr, nil
+}
+
+// helloAfterFirstWrite appends HELLO to the first write on the control stream.
+type helloAfterFirstWrite struct {
+	io.ReadWriter
+	hello []byte
+	sent  bool
+}
+
+func (w *helloAfterFirstWrite) Write(p []byte) (int, error) {
+	if w.sent {
+		return w.ReadWriter.Write(p)
+	}
+	w.sent = true
+	if _, err := w.ReadWriter.Write(append(append(make([]byte, 0, len(p)+len(w.hello)), p...), w.hello...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // closeReason prefers the origin's reason for closing (bad_key...) over a bare stream error.
