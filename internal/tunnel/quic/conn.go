@@ -396,26 +396,20 @@ func (c *conn) sendCtrl(typ byte, payload []byte) {
 // readControl runs on its own goroutine until the control stream ends.
 func (c *conn) readControl(br *bufio.Reader) {
 	defer c.wg.Done()
-	buf := make([]byte, 0, 256)
+	buf := make([]byte, 0, 64)
 	for {
-		typ, err := br.ReadByte()
-		if err != nil {
-			c.close(closeNormal, "control stream closed")
+		typ, payload, err := readCtrl(br, buf)
+		switch {
+		case errors.Is(err, ErrBadHead):
+			c.close(closeProtocol, err.Error())
 			return
-		}
-		n, err := binary.ReadUvarint(br)
-		if err != nil || n > maxCtrlPayload {
-			c.close(closeProtocol, "bad control frame")
-			return
-		}
-		buf = buf[:n]
-		if _, err := io.ReadFull(br, buf); err != nil {
+		case err != nil:
 			c.close(closeNormal, "control stream closed")
 			return
 		}
 		switch typ {
 		case ctrlAck, ctrlNack:
-			seq, err := parseSeq(buf)
+			seq, err := parseSeq(payload)
 			if err != nil {
 				c.close(closeProtocol, err.Error())
 				return

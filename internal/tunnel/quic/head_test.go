@@ -1,8 +1,10 @@
 package quic
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,17 +57,48 @@ func TestParseHeadRejects(t *testing.T) {
 func TestControlFrames(t *testing.T) {
 	b := appendCtrl(nil, ctrlAck, []byte{0x05})
 	require.Equal(t, "010105", hex.EncodeToString(b))
-	typ, p, n, err := parseCtrl(append(b, 0xff))
+	r := bytes.NewReader(append(b, appendCtrl(nil, ctrlGoAway, []byte("bye"))...))
+	typ, p, err := readCtrl(r, nil)
 	require.NoError(t, err)
 	require.Equal(t, byte(ctrlAck), typ)
-	require.Equal(t, 3, n)
 	seq, err := parseSeq(p)
 	require.NoError(t, err)
 	require.Equal(t, uint64(5), seq)
-	_, _, _, err = parseCtrl([]byte{1, 0x81, 0x40}) // 8193 bytes
+	typ, p, err = readCtrl(r, nil)
+	require.NoError(t, err)
+	require.Equal(t, byte(ctrlGoAway), typ)
+	require.Equal(t, "bye", string(p))
+	_, _, err = readCtrl(r, nil)
+	require.ErrorIs(t, err, io.EOF)
+
+	_, _, err = readCtrl(bytes.NewReader([]byte{1, 0x81, 0x40}), nil) // 8193 bytes
+	require.ErrorIs(t, err, ErrBadHead)
+	_, _, err = readCtrl(bytes.NewReader([]byte{1, 3, 1}), nil) // cut short
 	require.ErrorIs(t, err, ErrBadHead)
 	_, err = parseSeq([]byte{5, 6})
 	require.ErrorIs(t, err, ErrBadHead)
+}
+
+// FuzzReadCtrl: any byte stream yields frames, a clean end, or ErrBadHead; never a panic
+// nor a payload above the bound.
+func FuzzReadCtrl(f *testing.F) {
+	f.Add(appendCtrl(appendCtrl(nil, ctrlAck, []byte{7}), ctrlNack, []byte{8}))
+	f.Add([]byte{3, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		for {
+			_, p, err := readCtrl(r, nil)
+			if err != nil {
+				if err != io.EOF && !errors.Is(err, ErrBadHead) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				return
+			}
+			if len(p) > maxCtrlPayload {
+				t.Fatalf("payload of %d bytes", len(p))
+			}
+		}
+	})
 }
 
 // FuzzParseHead: the parser never panics, and what it accepts re-encodes to its input.

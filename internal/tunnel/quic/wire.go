@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // ALPN is the application protocol both gateways negotiate in the QUIC handshake. A
@@ -148,24 +149,29 @@ func appendCtrl(dst []byte, typ byte, payload []byte) []byte {
 	return append(dst, payload...)
 }
 
-// parseCtrl decodes the control frame at the start of b: its type, payload and length.
-func parseCtrl(b []byte) (typ byte, payload []byte, n int, err error) {
-	if len(b) < 2 {
-		return 0, nil, 0, errShortHead
+// readCtrl reads one control frame from r into buf (reused) and returns its type and
+// payload. io.EOF means the stream ended between frames.
+func readCtrl(r io.ByteReader, buf []byte) (typ byte, payload []byte, err error) {
+	typ, err = r.ReadByte()
+	if err != nil {
+		return 0, nil, err
 	}
-	typ = b[0]
-	l, k := binary.Uvarint(b[1:])
-	switch {
-	case k == 0:
-		return 0, nil, 0, errShortHead
-	case k < 0 || l > maxCtrlPayload:
-		return 0, nil, 0, fmt.Errorf("%w: control frame of %d bytes", ErrBadHead, l)
+	l, err := binary.ReadUvarint(r)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: control frame length: %v", ErrBadHead, err)
 	}
-	n = 1 + k + int(l)
-	if len(b) < n {
-		return 0, nil, 0, errShortHead
+	if l > maxCtrlPayload {
+		return 0, nil, fmt.Errorf("%w: control frame of %d bytes", ErrBadHead, l)
 	}
-	return typ, b[1+k : n], n, nil
+	buf = buf[:0]
+	for range l {
+		b, err := r.ReadByte()
+		if err != nil {
+			return 0, nil, fmt.Errorf("%w: control frame cut short: %v", ErrBadHead, err)
+		}
+		buf = append(buf, b)
+	}
+	return typ, buf, nil
 }
 
 // parseSeq decodes an ACK or NACK payload.
