@@ -144,9 +144,10 @@ func (g *gateway) startUDPPeer(ctx context.Context, p config.Peer, cs *codecs, e
 			KeepaliveInterval: p.KeepaliveInterval,
 			KeepaliveTimeout:  p.KeepaliveTimeout,
 		}, enc),
-		TLS:          func() *tls.Config { return auth.TLSConfig(quictun.ALPN) },
-		Prove:        auth.ProveEdge,
-		ListenPacket: func() (net.PacketConn, error) { return g.udpSocket("") },
+		SequencedWindow: cs.cfg.UDPWindow,
+		TLS:             func() *tls.Config { return auth.TLSConfig(quictun.ALPN) },
+		Prove:           auth.ProveEdge,
+		ListenPacket:    func() (net.PacketConn, error) { return g.udpSocket("") },
 	}, g.udpMetrics, log)
 }
 
@@ -192,6 +193,7 @@ func (g *gateway) startUDPOrigin(o *config.OriginConfig, cs *codecs, enc tunnel.
 		Verify:           g.originAuth.VerifyEdge,
 		HandshakeTimeout: o.HandshakeTimeout,
 		MaxConnections:   o.MaxConnections,
+		SequencedWindow:  cs.cfg.UDPWindow,
 	}, g.udpMetrics, g.log.With("role", "origin", "transport", "udp"), func(ctx context.Context, st *quictun.Stream) {
 		origin.ServeStream(ctx, st)
 	})

@@ -134,6 +134,14 @@ type CodecConfig struct {
 	// message the peer could not decode is sent again uncoded. When full,
 	// messages travel uncoded. Default: 8MiB.
 	Retention ByteSize `yaml:"retention"`
+	// UDPWindow is, on the UDP tunnel, how many messages coded with the
+	// token or zstd-stream state may await the peer's acknowledgement at
+	// once (internal/tunnel/quic/SPEC.md). 1: a lost packet delays no other
+	// message, and concurrent messages are coded on their own (larger). More:
+	// concurrent messages keep the shared state's compression, and one may
+	// wait for up to that many earlier ones after a loss. 0 (auto): 16 while
+	// the path loses almost no packets, 1 while it does. 0 to 64. Default: 0.
+	UDPWindow int `yaml:"udp_window"`
 }
 
 // EdgeConfig configures the edge role.

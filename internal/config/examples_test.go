@@ -123,6 +123,7 @@ codecs:
   auto_min_size: 0
   max_coded_message: 1MiB
   retention: 8MiB
+  udp_window: 0
 drain_timeout: 15s
 `
 	require.Equal(t, want, string(out))

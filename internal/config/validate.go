@@ -173,6 +173,9 @@ func (c *CodecConfig) validate(errs *errorList) {
 	if c.Retention < c.MaxCodedMessage {
 		errs.add("codecs.retention", "must be at least codecs.max_coded_message (%d bytes), got %d", int64(c.MaxCodedMessage), int64(c.Retention))
 	}
+	if c.UDPWindow < 0 || c.UDPWindow > 64 {
+		errs.add("codecs.udp_window", "must be from 0 (auto) to 64, got %d", c.UDPWindow)
+	}
 }
 
 func (o *OriginConfig) validate(errs *errorList) {

@@ -65,8 +65,9 @@ type conn struct {
 	decPools  [maxCodecID + 1]sync.Pool // stateless decoders
 	maxCoded  int                       // largest message sent coded: min(ours, peer's)
 
-	enc encLane
-	dec decLane
+	enc    encLane
+	dec    decLane
+	window windowPolicy
 
 	ackMu    sync.Mutex
 	ackSent  uint64
@@ -87,6 +88,8 @@ type conn struct {
 	goAwayOne sync.Once
 	streams   atomic.Int64
 	wg        sync.WaitGroup // control reader, drains
+	wgMu      sync.Mutex     // orders wg.Add of drains before wait
+	closing   bool           // guarded by wgMu: no more drains
 	closeOnce sync.Once
 }
 
@@ -105,11 +108,68 @@ type encLane struct {
 
 // decLane is the receiver's sequenced codec state.
 type decLane struct {
-	mu     sync.Mutex
-	codec  uint8
-	d      tunnel.MessageDecoder
-	done   atomic.Uint64 // last seq decoded
-	broken bool          // only a fresh message can be decoded
+	mu      sync.Mutex
+	codec   uint8
+	d       tunnel.MessageDecoder
+	done    atomic.Uint64 // last seq decoded
+	broken  bool          // only a fresh message can be decoded
+	changed chan struct{} // closed and replaced when done or broken changes
+}
+
+// decodeWait bounds how long a sequenced message waits for the one before it (only with
+// a sequenced window above 1: the sender coded it on state the receiver had not
+// acknowledged yet).
+const decodeWait = 5 * time.Second
+
+// Auto sequenced window: wide on a clean path (messages arrive in order and nobody waits,
+// so concurrent messages keep the compression of sequenced coding), strict (1) while the
+// path loses packets (a lost packet then delays no other message). Evaluated at most once
+// per windowEval, over at least windowMinPackets packets, with hysteresis.
+const (
+	autoWindowWide    = 16
+	windowEval        = time.Second
+	windowMinPackets  = 50
+	windowLossStrict  = 0.005 // loss ratio that makes the window strict
+	windowLossRelaxed = 0.001 // loss ratio below which it widens again
+)
+
+// windowPolicy decides how many sequenced messages may be unacknowledged. Called with the
+// encoder lane's lock held.
+type windowPolicy struct {
+	fixed    uint64 // > 0: this window; 0: auto
+	strict   bool
+	evalAt   time.Time
+	lastSent uint64
+	lastLost uint64
+	gauge    interface{ Set(float64) }
+}
+
+func (w *windowPolicy) size(qc *quicgo.Conn) uint64 {
+	if w.fixed > 0 {
+		return w.fixed
+	}
+	if now := time.Now(); now.After(w.evalAt) {
+		st := qc.ConnectionStats()
+		if sent := st.PacketsSent - w.lastSent; sent >= windowMinPackets {
+			ratio := float64(st.PacketsLost-min(w.lastLost, st.PacketsLost)) / float64(sent)
+			switch {
+			case ratio > windowLossStrict:
+				w.strict = true
+			case ratio < windowLossRelaxed:
+				w.strict = false
+			}
+			w.lastSent, w.lastLost = st.PacketsSent, st.PacketsLost
+		}
+		w.evalAt = now.Add(windowEval)
+	}
+	n := uint64(autoWindowWide)
+	if w.strict {
+		n = 1
+	}
+	if w.gauge != nil {
+		w.gauge.Set(float64(n))
+	}
+	return n
 }
 
 // errLaneBusy means the sequenced lane has a message in flight.
@@ -119,7 +179,8 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c := &conn{qc: qc, cfg: cfg, label: label, m: m.conn(label, cfg.CodecName), log: log}
 	c.goAwayCh = make(chan struct{})
 	c.enc.fresh = true
-	c.dec.broken = true
+	c.dec.changed = make(chan struct{})
+	c.window.fixed = 1
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
 	c.ackTimer.Stop()
 	c.creditTimer = time.AfterFunc(time.Hour, c.releaseCredit)
@@ -237,7 +298,7 @@ func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
 	l := &c.enc
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.acked < l.sent {
+	if l.sent-l.acked >= c.window.size(c.qc) {
 		if time.Since(l.sentAt) < laneTimeout {
 			return head{}, nil, errLaneBusy
 		}
@@ -261,13 +322,14 @@ func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
 	return head{Codec: id, Mode: mode, Seq: l.sent, RawLen: uint64(len(raw)), CRC: crc32.Checksum(raw, castagnoli)}, p, nil
 }
 
-// lost releases the lane of a sequenced message that never reached the peer.
+// lost releases the lane of a sequenced message that never reached the peer's decoder.
 func (c *conn) lost(seq uint64) {
 	l := &c.enc
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if seq == l.sent && l.acked < seq {
-		l.acked, l.fresh = seq, true
+	if seq > l.acked && seq <= l.sent {
+		// Every later message was coded on state that includes seq: start over.
+		l.acked, l.fresh = l.sent, true
 	}
 }
 
@@ -331,6 +393,12 @@ func (c *conn) decodeSequenced(h head, payload []byte) ([]byte, error) {
 	l := &c.dec
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if h.Mode != modeFresh && !l.broken && h.Seq > l.done.Load()+1 {
+		if err := c.waitTurn(h.Seq); err != nil {
+			c.setDecoded(l.done.Load(), true)
+			return nil, err
+		}
+	}
 	done := l.done.Load()
 	switch {
 	case h.Seq <= done:
@@ -341,8 +409,8 @@ func (c *conn) decodeSequenced(h head, payload []byte) ([]byte, error) {
 			return nil, err
 		}
 		l.d, l.codec, l.broken = d, h.Codec, false
-	case l.broken || h.Seq != done+1 || h.Codec != l.codec:
-		l.broken = true
+	case l.broken || l.d == nil || h.Seq != done+1 || h.Codec != l.codec:
+		c.setDecoded(done, true)
 		return nil, fmt.Errorf("sequenced message %d (codec %d) does not follow %d (codec %d)", h.Seq, h.Codec, done, l.codec)
 	}
 	msg, err := l.d.Decode(make([]byte, 0, h.RawLen), payload)
@@ -353,11 +421,47 @@ func (c *conn) decodeSequenced(h head, payload []byte) ([]byte, error) {
 		err = fmt.Errorf("checksum mismatch: codec state out of step")
 	}
 	if err != nil {
-		l.broken = true
+		c.setDecoded(done, true)
 		return nil, err
 	}
-	l.done.Store(h.Seq)
+	c.setDecoded(h.Seq, false)
 	return msg, nil
+}
+
+// waitTurn waits, with the lane's lock released, until the message before seq is decoded
+// or the lane broke, for at most decodeWait. Called with c.dec.mu held.
+func (c *conn) waitTurn(seq uint64) error {
+	l := &c.dec
+	c.m.decodeWaits.Inc()
+	start := time.Now()
+	deadline := time.NewTimer(decodeWait)
+	defer deadline.Stop()
+	defer func() { c.m.decodeWaitSeconds.Add(time.Since(start).Seconds()) }()
+	for !l.broken && seq > l.done.Load()+1 {
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			l.mu.Lock()
+			return fmt.Errorf("sequenced message %d waited %s for message %d", seq, decodeWait, l.done.Load()+1)
+		case <-c.done():
+			l.mu.Lock()
+			return c.err()
+		}
+		l.mu.Lock()
+	}
+	return nil
+}
+
+// setDecoded records the lane's progress and wakes messages waiting their turn. Called
+// with c.dec.mu held.
+func (c *conn) setDecoded(done uint64, broken bool) {
+	l := &c.dec
+	l.done.Store(done)
+	l.broken = broken
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // takeAck returns the acknowledgement an outgoing message head should carry, if any.
@@ -478,6 +582,11 @@ func (c *conn) alive() bool { return c.qc.Context().Err() == nil && !c.goingAway
 // drain reads and decodes the sequenced message of a stream nobody will read, so the
 // codec lanes stay in step, bounded by the exchange's own deadline.
 func (c *conn) drain(st *Stream) {
+	c.wgMu.Lock()
+	defer c.wgMu.Unlock()
+	if c.closing || c.qc.Context().Err() != nil {
+		return // the connection and its codec state are gone anyway
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -489,7 +598,12 @@ func (c *conn) drain(st *Stream) {
 }
 
 // wait waits for the connection's goroutines after close.
-func (c *conn) wait() { c.wg.Wait() }
+func (c *conn) wait() {
+	c.wgMu.Lock()
+	c.closing = true
+	c.wgMu.Unlock()
+	c.wg.Wait()
+}
 
 // ctxErr maps a connection context's cause to an error for callers.
 func (c *conn) err() error {

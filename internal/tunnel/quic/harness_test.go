@@ -82,6 +82,7 @@ type pairOptions struct {
 	encoding tunnel.Encoding
 	edgeKey  string // key file content for the edge; default the origin's
 	plain    bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
+	window   int    // sequenced window, both sides
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -114,7 +115,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 		name := func(id uint8) string { return codec.ID(id).String() }
 		sess.CodecName, esess.CodecName = name, name
 	}
-	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge}, m, nil,
+	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window}, m, nil,
 		func(ctx context.Context, st *Stream) { (*p.handler.Load())(ctx, st) })
 	echo := Handler(echoHandler)
 	p.handler.Store(&echo)
@@ -123,7 +124,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	served := make(chan error, 1)
 	go func() { served <- p.srv.Serve(pc) }()
 	p.peer = NewPeer(context.Background(), PeerConfig{
-		Name: "origin", Address: pc.LocalAddr().String(), Session: esess,
+		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window,
 		TLS:   func() *tls.Config { return client.TLSConfig(ALPN) },
 		Prove: client.ProveEdge,
 		ListenPacket: func() (net.PacketConn, error) {

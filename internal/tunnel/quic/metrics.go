@@ -22,6 +22,9 @@ type Metrics struct {
 	laneBusy    *prometheus.CounterVec
 	nacks       *prometheus.CounterVec
 	ctrlAcks    *prometheus.CounterVec
+	waits       *prometheus.CounterVec
+	waitSeconds *prometheus.CounterVec
+	window      *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	live   map[*conn]*pathSnapshot
@@ -74,13 +77,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ctrlAcks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_udp_codec_control_acks_total", Help: "Acknowledgements of sequenced messages sent on the control stream because no message head could carry them.",
 		}, []string{"peer"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_decode_waits_total", Help: "Sequenced messages that arrived before the one they were coded after and waited for it (only with a sequenced window above 1: the head-of-line blocking that window allows).",
+		}, []string{"peer"}),
+		waitSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_decode_wait_seconds_total", Help: "Time sequenced messages spent waiting for an earlier one.",
+		}, []string{"peer"}),
+		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "soapgw_udp_codec_window", Help: "Sequenced messages a sender may have unacknowledged (1: strict, no message waits for another; auto widens it on a path without loss).",
+		}, []string{"peer"}),
 		live:   map[*conn]*pathSnapshot{},
 		closed: map[string]*pathTotals{},
 	}
 	m.stats.m = m
 	if reg != nil {
 		reg.MustRegister(m.connections, m.streams, m.dials, m.handshakes, m.messages, m.raw, m.payload,
-			m.laneBusy, m.nacks, m.ctrlAcks, &m.stats)
+			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, &m.stats)
 	}
 	return m
 }
@@ -93,7 +105,10 @@ type connMetrics struct {
 	laneBusy prometheus.Counter
 	ctrlAcks prometheus.Counter
 	nacks    *prometheus.CounterVec
-	name     func(id uint8) string
+
+	decodeWaits       prometheus.Counter
+	decodeWaitSeconds prometheus.Counter
+	name              func(id uint8) string
 
 	mu    sync.Mutex
 	kinds map[messageKind]*messageCounters // resolved children, so a message costs no label hashing
@@ -115,7 +130,10 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 		streams:  m.streams.WithLabelValues(peer),
 		laneBusy: m.laneBusy.WithLabelValues(peer),
 		ctrlAcks: m.ctrlAcks.WithLabelValues(peer),
-		nacks:    m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
+
+		decodeWaits:       m.waits.WithLabelValues(peer),
+		decodeWaitSeconds: m.waitSeconds.WithLabelValues(peer),
+		nacks:             m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
 	}
 }
 

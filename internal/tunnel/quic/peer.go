@@ -36,6 +36,12 @@ type PeerConfig struct {
 	TLS func() *tls.Config
 	// Prove authenticates this edge on the control stream. Required.
 	Prove ProveFunc
+	// SequencedWindow is how many sequenced (stateful-codec) messages may be
+	// unacknowledged at once. 1: a message never waits for another's packets, and
+	// concurrent messages are coded stateless; more trades that bounded head-of-line
+	// blocking for compression under concurrency. 0 (default): auto, 16 while the path
+	// loses (almost) no packets, 1 while it does (SPEC.md).
+	SequencedWindow int
 	// ListenPacket opens the UDP socket of a new connection; nil: an ephemeral port on
 	// all interfaces. Tests pass lossy sockets here.
 	ListenPacket func() (net.PacketConn, error)
@@ -275,6 +281,8 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 		return fail(fmt.Errorf("dial %s: %w", p.cfg.Address, err))
 	}
 	c := newConn(qc, p.session, p.m, p.cfg.Name, p.log)
+	c.window.fixed = uint64(max(p.cfg.SequencedWindow, 0))
+	c.window.gauge = p.m.window.WithLabelValues(p.cfg.Name)
 	ctrl, err := qc.OpenStreamSync(ctx)
 	if err != nil {
 		c.close(closeNormal, "")

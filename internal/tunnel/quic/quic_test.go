@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func TestUDPExchangeConcurrent(t *testing.T) {
 // (Real packet loss, with QUIC packing streams together, is exercised in e2e through the
 // link emulator; here the hold is exact.)
 func TestUDPLossSafeCache(t *testing.T) {
-	p := newPair(t, pairOptions{codecs: true})
+	p := newPair(t, pairOptions{codecs: true, window: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range 5 { // warm up: connection up, lanes idle
@@ -203,4 +204,26 @@ func TestUDPNotSentIsRetryable(t *testing.T) {
 	var r interface{ Retryable() bool }
 	require.ErrorAs(t, err, &r)
 	require.True(t, r.Retryable(), "%v", err)
+}
+
+// TestUDPAutoWindowNarrowsUnderLoss: the default (auto) sequenced window is wide on a clean
+// path and drops to 1, where no message waits for another, once packets are lost.
+func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
+	p := newPair(t, pairOptions{codecs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	window := func() float64 { return p.counter(t, "soapgw_udp_codec_window", "peer", "origin") }
+	for i := range 20 {
+		_, err := p.call(ctx, soapMessage(i, 500))
+		require.NoError(t, err)
+	}
+	require.Equal(t, float64(autoWindowWide), window(), "clean path: wide")
+	var n atomic.Int64
+	p.edgeSock.Load().setDrop(func([]byte) bool { return n.Add(1)%10 == 0 }) // 10 % of the edge's packets
+	for i := 0; window() != 1; i++ {
+		require.NoError(t, ctx.Err(), "the window never narrowed")
+		_, err := p.call(ctx, soapMessage(i, 500))
+		require.NoError(t, err)
+	}
+	require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
 }

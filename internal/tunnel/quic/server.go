@@ -39,6 +39,8 @@ type ServerConfig struct {
 	MaxStreams int64
 	// MaxConnections bounds the authenticated connections (default 1024).
 	MaxConnections int
+	// SequencedWindow is as PeerConfig.SequencedWindow, for responses.
+	SequencedWindow int
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -231,6 +233,7 @@ func (s *Server) handshake(qc *quicgo.Conn) (*conn, error) {
 		return fail(result, err)
 	}
 	c := newConn(qc, s.session, s.m, "", s.log)
+	c.window.fixed = uint64(max(s.cfg.SequencedWindow, 0))
 	c.ctrl = ctrl
 	br := bufio.NewReaderSize(ctrl, 1024)
 	if err := c.exchangeHellos(br, s.cfg.MaxStreams); err != nil {
@@ -239,6 +242,7 @@ func (s *Server) handshake(qc *quicgo.Conn) (*conn, error) {
 	_ = ctrl.SetDeadline(time.Time{})
 	c.label = c.peer.Node
 	c.m = s.m.conn(c.label, s.session.CodecName)
+	c.window.gauge = s.m.window.WithLabelValues(c.label)
 	s.m.handshakes.WithLabelValues("ok").Inc()
 	s.m.track(c)
 	s.mu.Lock()
