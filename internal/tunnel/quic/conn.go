@@ -83,6 +83,9 @@ type conn struct {
 	credit      []*quicgo.Stream
 	creditTimer *time.Timer
 
+	lastWaited    atomic.Int64  // unix nanos of the last WAITED notice
+	waitedPending atomic.Uint64 // ms of a WAITED notice the ack timer sends
+
 	goingAway atomic.Bool
 	goAwayCh  chan struct{} // closed when the peer sends GOAWAY
 	goAwayOne sync.Once
@@ -121,55 +124,46 @@ type decLane struct {
 // acknowledged yet).
 const decodeWait = 5 * time.Second
 
-// Auto sequenced window: wide on a clean path (messages arrive in order and nobody waits,
-// so concurrent messages keep the compression of sequenced coding), strict (1) while the
-// path loses packets (a lost packet then delays no other message). Evaluated at most once
-// per windowEval, over at least windowMinPackets packets, with hysteresis.
+// Auto sequenced window: wide while messages do not wait for each other (on a clean path
+// they arrive in order), strict (1) for a while after the receiver reports that one waited
+// for an earlier one's lost packets (a WAITED control frame). QUIC's own loss counters miss
+// exactly this case: a one-packet message lost and resent by a probe timeout is not
+// declared lost, so the receiver's waits are the signal.
 const (
-	autoWindowWide    = 16
-	windowEval        = time.Second
-	windowMinPackets  = 50
-	windowLossStrict  = 0.005 // loss ratio that makes the window strict
-	windowLossRelaxed = 0.001 // loss ratio below which it widens again
+	autoWindowWide = 16
+	strictFor      = 30 * time.Second       // strict after a WAITED notice
+	longWait       = 5 * time.Millisecond   // a wait this long is loss recovery, not reordering
+	waitedEvery    = 500 * time.Millisecond // at most one WAITED notice per interval
 )
 
 // windowPolicy decides how many sequenced messages may be unacknowledged. Called with the
-// encoder lane's lock held.
+// encoder lane's lock held (size), or from the control reader (waited).
 type windowPolicy struct {
-	fixed    uint64 // > 0: this window; 0: auto
-	strict   bool
-	evalAt   time.Time
-	lastSent uint64
-	lastLost uint64
-	gauge    interface{ Set(float64) }
+	fixed       uint64       // > 0: this window; 0: auto
+	strictUntil atomic.Int64 // unix nanos
+	gauge       interface{ Set(float64) }
 }
 
-func (w *windowPolicy) size(qc *quicgo.Conn) uint64 {
+func (w *windowPolicy) size() uint64 {
 	if w.fixed > 0 {
 		return w.fixed
 	}
-	if now := time.Now(); now.After(w.evalAt) {
-		st := qc.ConnectionStats()
-		if sent := st.PacketsSent - w.lastSent; sent >= windowMinPackets {
-			ratio := float64(st.PacketsLost-min(w.lastLost, st.PacketsLost)) / float64(sent)
-			switch {
-			case ratio > windowLossStrict:
-				w.strict = true
-			case ratio < windowLossRelaxed:
-				w.strict = false
-			}
-			w.lastSent, w.lastLost = st.PacketsSent, st.PacketsLost
-		}
-		w.evalAt = now.Add(windowEval)
-	}
 	n := uint64(autoWindowWide)
-	if w.strict {
+	if time.Now().UnixNano() < w.strictUntil.Load() {
 		n = 1
 	}
 	if w.gauge != nil {
 		w.gauge.Set(float64(n))
 	}
 	return n
+}
+
+// waited records the peer's report that a message waited for an earlier one.
+func (w *windowPolicy) waited() {
+	w.strictUntil.Store(time.Now().Add(strictFor).UnixNano())
+	if w.gauge != nil && w.fixed == 0 {
+		w.gauge.Set(1)
+	}
 }
 
 // errLaneBusy means the sequenced lane has a message in flight.
@@ -298,7 +292,7 @@ func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
 	l := &c.enc
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sent-l.acked >= c.window.size(c.qc) {
+	if l.sent-l.acked >= c.window.size() {
 		if time.Since(l.sentAt) < laneTimeout {
 			return head{}, nil, errLaneBusy
 		}
@@ -436,7 +430,13 @@ func (c *conn) waitTurn(seq uint64) error {
 	start := time.Now()
 	deadline := time.NewTimer(decodeWait)
 	defer deadline.Stop()
-	defer func() { c.m.decodeWaitSeconds.Add(time.Since(start).Seconds()) }()
+	defer func() {
+		d := time.Since(start)
+		c.m.decodeWaitSeconds.Add(d.Seconds())
+		if d >= longWait {
+			c.reportWait(d)
+		}
+	}()
 	for !l.broken && seq > l.done.Load()+1 {
 		ch := l.changed
 		l.mu.Unlock()
@@ -452,6 +452,19 @@ func (c *conn) waitTurn(seq uint64) error {
 		l.mu.Lock()
 	}
 	return nil
+}
+
+// reportWait tells the sender that a message waited d for an earlier one (rate-limited),
+// so an auto window turns strict.
+func (c *conn) reportWait(d time.Duration) {
+	now := time.Now().UnixNano()
+	last := c.lastWaited.Load()
+	if now-last < int64(waitedEvery) || !c.lastWaited.CompareAndSwap(last, now) {
+		return
+	}
+	// Sent by the ack timer's goroutine: not here, under the lane's lock.
+	c.waitedPending.Store(uint64(max(d/time.Millisecond, 1)))
+	c.ackTimer.Reset(0)
 }
 
 // setDecoded records the lane's progress and wakes messages waiting their turn. Called
@@ -478,8 +491,12 @@ func (c *conn) takeAck() (uint64, bool) {
 
 func (c *conn) scheduleAck() { c.ackTimer.Reset(ackDelay) }
 
-// sendPendingAck sends a control ACK for what no message head has carried.
+// sendPendingAck sends a control ACK for what no message head has carried, and a
+// pending WAITED notice.
 func (c *conn) sendPendingAck() {
+	if ms := c.waitedPending.Swap(0); ms > 0 {
+		c.sendCtrl(ctrlWaited, binary.AppendUvarint(nil, ms))
+	}
 	if seq, ok := c.takeAck(); ok {
 		c.m.ctrlAcks.Inc()
 		c.sendCtrl(ctrlAck, binary.AppendUvarint(nil, seq))
@@ -523,6 +540,8 @@ func (c *conn) readControl(br *bufio.Reader) {
 			} else {
 				c.onNack(seq)
 			}
+		case ctrlWaited:
+			c.window.waited()
 		case ctrlGoAway:
 			c.goingAway.Store(true)
 			c.goAwayOne.Do(func() { close(c.goAwayCh) })

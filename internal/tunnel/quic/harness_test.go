@@ -6,7 +6,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,7 +117,11 @@ func newPair(t testing.TB, o pairOptions) *pair {
 		name := func(id uint8) string { return codec.ID(id).String() }
 		sess.CodecName, esess.CodecName = name, name
 	}
-	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window}, m, nil,
+	var log *slog.Logger // QUIC_TEST_LOG=1 shows both sides' logs
+	if os.Getenv("QUIC_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window}, m, log,
 		func(ctx context.Context, st *Stream) { (*p.handler.Load())(ctx, st) })
 	echo := Handler(echoHandler)
 	p.handler.Store(&echo)
@@ -136,7 +142,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 			p.edgeSock.Store(fc)
 			return fc, nil
 		},
-	}, m, nil)
+	}, m, log)
 	t.Cleanup(func() {
 		_ = p.peer.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,24 +205,82 @@ func TestUDPNotSentIsRetryable(t *testing.T) {
 	require.True(t, r.Retryable(), "%v", err)
 }
 
-// TestUDPAutoWindowNarrowsUnderLoss: the default (auto) sequenced window is wide on a clean
-// path and drops to 1, where no message waits for another, once packets are lost.
+// TestUDPAutoWindowNarrowsUnderLoss: the default (auto) sequenced window is wide while no
+// message waits for another; once one waited for an earlier one's held-back (lost) bytes,
+// the receiver says so and the window is 1: the next held-back message delays nothing.
 func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
 	p := newPair(t, pairOptions{codecs: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	window := func() float64 { return p.counter(t, "soapgw_udp_codec_window", "peer", "origin") }
-	for i := range 20 {
+	for i := range 5 {
 		_, err := p.call(ctx, soapMessage(i, 500))
 		require.NoError(t, err)
 	}
-	require.Equal(t, float64(autoWindowWide), window(), "clean path: wide")
-	var n atomic.Int64
-	p.edgeSock.Load().setDrop(func([]byte) bool { return n.Add(1)%10 == 0 }) // 10 % of the edge's packets
-	for i := 0; window() != 1; i++ {
-		require.NoError(t, ctx.Err(), "the window never narrowed")
-		_, err := p.call(ctx, soapMessage(i, 500))
-		require.NoError(t, err)
+	require.Equal(t, float64(autoWindowWide), window(), "no waits yet: wide")
+
+	// hold withholds the second half of the next request of size n until release closes.
+	hold := func(n int) (held, release chan struct{}) {
+		held, release = make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		hook := func(h head, msg []byte, w io.Writer) error {
+			if h.Codec == 0 || h.RawLen != uint64(n) {
+				_, err := w.Write(msg)
+				return err
+			}
+			if _, err := w.Write(msg[:len(msg)/2]); err != nil {
+				return err
+			}
+			once.Do(func() { close(held) })
+			<-release
+			_, err := w.Write(msg[len(msg)/2:])
+			return err
+		}
+		testWriteHook.Store(&hook)
+		return held, release
 	}
+	t.Cleanup(func() { testWriteHook.Store(nil) })
+	callAsync := func(msg []byte) chan error {
+		done := make(chan error, 1)
+		go func() {
+			resp, err := p.call(ctx, msg)
+			if err == nil && !bytes.Equal(resp, append([]byte("echo:"), msg...)) {
+				err = errors.New("response mixed up")
+			}
+			done <- err
+		}()
+		return done
+	}
+
+	// Wide: B is coded on A's state and must wait for A's held-back half.
+	a := soapMessage(1, 2000)
+	held, release := hold(len(a))
+	aDone := callAsync(a)
+	<-held
+	waits := p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge")
+	bDone := callAsync(soapMessage(2, 400))
+	require.Eventually(t, func() bool {
+		return p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge") > waits
+	}, 5*time.Second, time.Millisecond, "B waits for A at the origin")
+	time.Sleep(longWait) // the hold lasts as long as a loss recovery would (shorter waits are reordering, not reported)
+	close(release)
+	require.NoError(t, <-aDone)
+	require.NoError(t, <-bDone)
+	require.Eventually(t, func() bool { return window() == 1 }, 5*time.Second, time.Millisecond, "WAITED made the window strict")
+
+	// Strict: C goes stateless and is answered while A2 is held.
+	a2 := soapMessage(3, 2100)
+	held, release = hold(len(a2))
+	a2Done := callAsync(a2)
+	<-held
+	_, err := p.call(ctx, soapMessage(4, 400))
+	require.NoError(t, err, "C is not held up by A2")
+	select {
+	case err := <-a2Done:
+		t.Fatalf("A2 finished while held: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-a2Done)
 	require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
 }

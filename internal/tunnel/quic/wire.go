@@ -137,6 +137,7 @@ const (
 	ctrlAck    = 1 // uvarint seq: sequenced messages decoded up to seq
 	ctrlNack   = 2 // uvarint seq: the sequenced message seq could not be decoded
 	ctrlGoAway = 3 // UTF-8 reason: no new exchanges on this connection
+	ctrlWaited = 4 // uvarint ms: a sequenced message waited that long for an earlier one
 )
 
 // maxCtrlPayload bounds a control frame's payload.
