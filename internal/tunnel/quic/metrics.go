@@ -212,7 +212,7 @@ var (
 	descRTT      = prometheus.NewDesc("soapgw_udp_rtt_seconds", "Smoothed round-trip time of the UDP tunnel's path (RFC 9002), by peer; the lowest over its connections.", []string{"peer"}, nil)
 	descMinRTT   = prometheus.NewDesc("soapgw_udp_min_rtt_seconds", "Minimum round-trip time seen on the UDP tunnel's path, by peer.", []string{"peer"}, nil)
 	descCwnd     = prometheus.NewDesc("soapgw_udp_congestion_window_bytes", "Congestion window of the UDP tunnel's sender, by peer (summed over connections).", []string{"peer"}, nil)
-	descPackets  = prometheus.NewDesc("soapgw_udp_packets_total", "QUIC packets of the UDP tunnel, by peer and kind (sent, received, lost; lost packets are declared by loss detection and retransmitted).", []string{"peer", "kind"}, nil)
+	descPackets  = prometheus.NewDesc("soapgw_udp_packets_total", "QUIC packets of the UDP tunnel, by peer and kind (sent, received, lost). lost counts what QUIC's loss detection declared lost; it misses a lone packet resent after a probe timeout, the common loss of one-packet SOAP messages (see soapgw_udp_codec_decode_waits_total and RTT).", []string{"peer", "kind"}, nil)
 	descBytes    = prometheus.NewDesc("soapgw_udp_bytes_total", "QUIC bytes of the UDP tunnel (UDP/IP headers excluded), by peer and kind (sent, received, lost).", []string{"peer", "kind"}, nil)
 	descMigrated = prometheus.NewDesc("soapgw_udp_path_changes_total", "Times the peer's address changed under a live UDP tunnel connection (NAT rebinding, network change), seen at scrape time.", []string{"peer"}, nil)
 )
