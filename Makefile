@@ -68,7 +68,7 @@ pgo:
 
 # A short fuzzing pass over every fuzz target (seed corpora run in `make test` anyway).
 fuzz:
-	@for pkg in ./internal/tunnel/frame ./internal/tunnel ./internal/httpwire ./internal/proxy ./internal/codec ./internal/codec/xmltok; do \
+	@for pkg in ./internal/tunnel/frame ./internal/tunnel ./internal/tunnel/quic ./internal/httpwire ./internal/proxy ./internal/codec ./internal/codec/xmltok; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$pkg || exit 1; \
 	  done; \
