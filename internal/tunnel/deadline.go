@@ -57,3 +57,15 @@ func isClosed(c chan struct{}) bool {
 		return false
 	}
 }
+
+// stop disarms the timer without closing cancel, once the stream is forgotten: an armed
+// timer would hold the stream's deadline (and through its closure, memory) until it
+// fires, 60 s later for an exchange deadline, at thousands of exchanges a second.
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}
