@@ -145,6 +145,7 @@ func (g *gateway) startUDPPeer(ctx context.Context, p config.Peer, cs *codecs, e
 			KeepaliveTimeout:  p.KeepaliveTimeout,
 		}, enc),
 		SequencedWindow: cs.cfg.UDPWindow,
+		Redundancy:      p.Redundancy,
 		TLS:             func() *tls.Config { return auth.TLSConfig(quictun.ALPN) },
 		Prove:           auth.ProveEdge,
 		ListenPacket:    func() (net.PacketConn, error) { return g.udpSocket("") },

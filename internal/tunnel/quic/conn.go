@@ -80,8 +80,18 @@ type conn struct {
 	// finished exchanges just before the next response leaves puts the frame in that
 	// response's packet; creditTimer releases it anyway when no response follows.
 	creditMu    sync.Mutex
-	credit      []*quicgo.Stream
+	credit      []streamIO
 	creditTimer *time.Timer
+
+	// Copies (redundant.go): nil copies means off.
+	copies     chan copyItem
+	regMu      sync.Mutex
+	exchanges  map[quicgo.StreamID]*Stream // open exchanges a copy may be for
+	server     bool
+	nextAccept quicgo.StreamID // origin: streams below were accepted
+	early      int             // origin: exchanges started from a copy, stream not yet here
+	maxStreams int64
+	serve      func(*Stream) // origin: runs an exchange started from a copy
 
 	lastWaited    atomic.Int64  // unix nanos of the last WAITED notice
 	waitedPending atomic.Uint64 // ms of a WAITED notice the ack timer sends
@@ -255,7 +265,7 @@ func (c *conn) coding(e tunnel.Encoding) bool { return e != nil && c.maxCoded > 
 // encode codes a whole message for the head h it returns: sequenced when the chosen codec
 // keeps state and the lane is free, otherwise stateless, otherwise identity.
 func (c *conn) encode(e tunnel.Encoding, raw []byte) (head, []byte) {
-	if len(raw) > c.maxCoded {
+	if e == nil || len(raw) > c.maxCoded {
 		return head{}, nil
 	}
 	id := e.Choose(raw, c.peerDecodes)
@@ -558,7 +568,7 @@ const (
 )
 
 // holdCredit keeps the credit of a finished exchange's stream for the next response.
-func (c *conn) holdCredit(qs *quicgo.Stream) {
+func (c *conn) holdCredit(qs streamIO) {
 	c.creditMu.Lock()
 	c.credit = append(c.credit, qs)
 	n := len(c.credit)
@@ -615,6 +625,9 @@ func (c *conn) drain(st *Stream) {
 		}
 	}()
 }
+
+// srtt is the path's smoothed RTT (0 before a sample).
+func (c *conn) srtt() time.Duration { return c.qc.ConnectionStats().SmoothedRTT }
 
 // wait waits for the connection's goroutines after close.
 func (c *conn) wait() {

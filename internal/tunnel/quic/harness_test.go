@@ -85,6 +85,7 @@ type pairOptions struct {
 	edgeKey  string // key file content for the edge; default the origin's
 	plain    bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
 	window   int    // sequenced window, both sides
+	copies   bool   // redundancy on the edge
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -130,7 +131,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	served := make(chan error, 1)
 	go func() { served <- p.srv.Serve(pc) }()
 	p.peer = NewPeer(context.Background(), PeerConfig{
-		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window,
+		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window, Redundancy: o.copies,
 		TLS:   func() *tls.Config { return client.TLSConfig(ALPN) },
 		Prove: client.ProveEdge,
 		ListenPacket: func() (net.PacketConn, error) {

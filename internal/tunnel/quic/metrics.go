@@ -25,6 +25,7 @@ type Metrics struct {
 	waits       *prometheus.CounterVec
 	waitSeconds *prometheus.CounterVec
 	window      *prometheus.GaugeVec
+	copies      *prometheus.CounterVec
 
 	mu     sync.Mutex
 	live   map[*conn]*pathSnapshot
@@ -86,13 +87,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		window: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "soapgw_udp_codec_window", Help: "Sequenced messages a sender may have unacknowledged (1: strict, no message waits for another; auto widens it on a path without loss).",
 		}, []string{"peer"}),
+		copies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_copies_total", Help: "Redundant DATAGRAM copies of small messages, by result: sent, skipped (the answer was in), too_large, sent_dropped (queue full); received: used (the copy beat its stream), late (the stream came first), early_start (origin: an exchange started from a copy before its stream), refused.",
+		}, []string{"peer", "result"}),
 		live:   map[*conn]*pathSnapshot{},
 		closed: map[string]*pathTotals{},
 	}
 	m.stats.m = m
 	if reg != nil {
 		reg.MustRegister(m.connections, m.streams, m.dials, m.handshakes, m.messages, m.raw, m.payload,
-			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, &m.stats)
+			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, &m.stats)
 	}
 	return m
 }
@@ -108,6 +112,7 @@ type connMetrics struct {
 
 	decodeWaits       prometheus.Counter
 	decodeWaitSeconds prometheus.Counter
+	copies            *prometheus.CounterVec
 	name              func(id uint8) string
 
 	mu    sync.Mutex
@@ -133,6 +138,7 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 
 		decodeWaits:       m.waits.WithLabelValues(peer),
 		decodeWaitSeconds: m.waitSeconds.WithLabelValues(peer),
+		copies:            m.copies.MustCurryWith(prometheus.Labels{"peer": peer}),
 		nacks:             m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
 	}
 }

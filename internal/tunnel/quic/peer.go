@@ -42,6 +42,11 @@ type PeerConfig struct {
 	// blocking for compression under concurrency. 0 (default): auto, 16 while the path
 	// loses (almost) no packets, 1 while it does (SPEC.md).
 	SequencedWindow int
+	// Redundancy sends each message that fits one packet a second time, as a QUIC
+	// datagram a few ms after its stream data, and the origin does the same for its
+	// answers: a lost packet then rarely costs a probe timeout (redundant.go). It costs
+	// about the bytes of every small message once more.
+	Redundancy bool
 	// ListenPacket opens the UDP socket of a new connection; nil: an ephemeral port on
 	// all interfaces. Tests pass lossy sockets here.
 	ListenPacket func() (net.PacketConn, error)
@@ -142,7 +147,9 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 		if best != nil {
 			qs, err := best.qc.OpenStreamSync(ctx)
 			if err == nil {
-				return newStream(best, qs, nil), nil
+				st := newStream(best, qs, nil)
+				best.opened(st)
+				return st, nil
 			}
 			if ctx.Err() != nil {
 				return nil, err
@@ -275,7 +282,7 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 		_ = pc.Close()
 		return nil, nil, err
 	}
-	qcfg := quicConfig(p.session, -1, p.cfg.DialTimeout)
+	qcfg := quicConfig(p.session, -1, p.cfg.DialTimeout, p.cfg.Redundancy)
 	qc, err := tr.Dial(ctx, addr, p.cfg.TLS(), qcfg)
 	if err != nil {
 		return fail(fmt.Errorf("dial %s: %w", p.cfg.Address, err))
@@ -313,6 +320,7 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 	_ = ctrl.SetDeadline(time.Time{})
 	c.wg.Add(1)
 	go c.readControl(br)
+	c.startCopies()
 	return c, tr, nil
 }
 

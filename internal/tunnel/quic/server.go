@@ -59,7 +59,7 @@ func (c ServerConfig) withDefaults() ServerConfig {
 // quicConfig is the QUIC configuration both sides share: keepalive from the session
 // config, stream credit for MaxStreams, and receive windows large enough for big messages
 // on long fat links.
-func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration) *quicgo.Config {
+func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration, datagrams bool) *quicgo.Config {
 	idle := 30 * time.Second
 	if s.KeepaliveInterval > 0 {
 		idle = s.KeepaliveInterval + max(s.KeepaliveTimeout, time.Second)
@@ -75,6 +75,7 @@ func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration) *qu
 		MaxStreamReceiveWindow:         8 << 20,
 		InitialConnectionReceiveWindow: 1 << 20,
 		MaxConnectionReceiveWindow:     64 << 20,
+		EnableDatagrams:                datagrams, // redundant copies (redundant.go)
 	}
 }
 
@@ -135,7 +136,7 @@ func (s *Server) Serve(pc net.PacketConn) error {
 		return errors.New("quic tunnel: server needs TLS and Verify")
 	}
 	tr := &quicgo.Transport{Conn: pc}
-	ln, err := tr.Listen(s.cfg.TLS, quicConfig(s.session, s.cfg.MaxStreams, s.cfg.HandshakeTimeout))
+	ln, err := tr.Listen(s.cfg.TLS, quicConfig(s.session, s.cfg.MaxStreams, s.cfg.HandshakeTimeout, true))
 	if err != nil {
 		_ = tr.Close()
 		_ = pc.Close()
@@ -176,17 +177,36 @@ func (s *Server) serveConn(qc *quicgo.Conn) {
 	defer s.m.untrack(c)
 	defer c.wait()
 	s.log.Info("udp tunnel connection up", "peer", c.peer.Node, "remote", qc.RemoteAddr())
-	var streams sync.WaitGroup
+	var (
+		streams sync.WaitGroup // one per exchange handler
+		smu     sync.Mutex     // orders streams.Add before Wait
+		stopped bool
+	)
+	start := func(st *Stream) {
+		smu.Lock()
+		defer smu.Unlock()
+		if stopped {
+			_ = st.Close()
+			return
+		}
+		streams.Add(1)
+		st.onClose = streams.Done
+		go s.handle(s.ctx, st)
+	}
+	c.server, c.maxStreams, c.serve = true, s.cfg.MaxStreams, start
+	c.startCopies()
 	for {
 		qs, err := qc.AcceptStream(s.ctx)
 		if err != nil {
 			break
 		}
-		streams.Add(1)
-		st := newStream(c, qs, streams.Done)
-		st.server = true
-		go s.handle(s.ctx, st)
+		if st := c.accepted(qs); st != nil {
+			start(st)
+		}
 	}
+	smu.Lock()
+	stopped = true
+	smu.Unlock()
 	c.close(closeNormal, "")
 	streams.Wait()
 	s.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +24,20 @@ import (
 // byte is returned.
 type Stream struct {
 	c      *conn
-	qs     *quicgo.Stream
+	qs     streamIO
 	server bool // accepted by the origin: its credit is released late (conn.holdCredit)
+
+	dlMu sync.Mutex
+	dl   time.Time // the deadline the owner set (a copy's arrival interrupts reads early)
+
+	// Copies (redundant.go): offer stores one, the reader takes it unless the message's
+	// head came from the stream first (gotHead).
+	cmu     sync.Mutex
+	copyMsg []byte
+	gotHead atomic.Bool
+	byCopy  bool // the message came in a copy: the stream's own bytes are never read
+
+	released atomic.Bool // Close was called
 
 	wmu       sync.Mutex
 	encoding  tunnel.Encoding
@@ -44,7 +57,7 @@ type Stream struct {
 	onClose func() // the owner's bookkeeping, once
 }
 
-func newStream(c *conn, qs *quicgo.Stream, onClose func()) *Stream {
+func newStream(c *conn, qs streamIO, onClose func()) *Stream {
 	c.streams.Add(1)
 	c.m.streams.Inc()
 	return &Stream{c: c, qs: qs, encoding: c.cfg.Encoding, onClose: onClose}
@@ -57,9 +70,6 @@ func (st *Stream) SetEncoding(e tunnel.Encoding) {
 	st.wmu.Unlock()
 }
 
-// SetDeadline bounds every read and write on the stream.
-func (st *Stream) SetDeadline(t time.Time) error { return st.qs.SetDeadline(t) }
-
 // Write appends to the outgoing message.
 func (st *Stream) Write(p []byte) (int, error) {
 	st.wmu.Lock()
@@ -71,7 +81,7 @@ func (st *Stream) Write(p []byte) (int, error) {
 		n, err := st.qs.Write(p)
 		return n, st.mapErr(err)
 	}
-	if !st.c.coding(st.encoding) || len(st.buf)+len(p) > st.c.maxCoded {
+	if len(st.buf)+len(p) > st.bufferLimit() {
 		if err := st.startStreaming(p); err != nil {
 			return 0, err
 		}
@@ -79,6 +89,19 @@ func (st *Stream) Write(p []byte) (int, error) {
 	}
 	st.buf = append(st.buf, p...)
 	return len(p), nil
+}
+
+// bufferLimit is the largest message kept whole until CloseWrite: one that may be coded,
+// or copied (redundant.go). Others stream as they are written.
+func (st *Stream) bufferLimit() int {
+	n := 0
+	if st.c.coding(st.encoding) {
+		n = st.c.maxCoded
+	}
+	if st.c.copiesOn() {
+		n = max(n, maxCopy)
+	}
+	return n
 }
 
 // Flush sends what is buffered now: the message then streams as identity.
@@ -154,7 +177,30 @@ func (st *Stream) CloseWrite() error {
 	if err != nil && h.sequenced() {
 		st.c.lost(h.Seq)
 	}
+	if err == nil && st.c.copiesOn() && len(b) <= maxCopy {
+		if _, early := st.qs.(*pendingStream); early {
+			st.c.queueCopy(st.qs.StreamID(), b, 0, nil) // the copy is this answer's only way out yet
+		} else if st.server {
+			st.c.queueCopy(st.qs.StreamID(), b, copyDelay(st.c.srtt()), nil)
+		} else {
+			st.c.queueCopy(st.qs.StreamID(), b, copyDelay(st.c.srtt()), st.gotHead.Load) // no copy once the answer is in
+		}
+	}
 	return st.mapErr(err)
+}
+
+// SetDeadline bounds every read and write on the stream.
+func (st *Stream) SetDeadline(t time.Time) error {
+	st.dlMu.Lock()
+	st.dl = t
+	st.dlMu.Unlock()
+	return st.qs.SetDeadline(t)
+}
+
+func (st *Stream) deadline() time.Time {
+	st.dlMu.Lock()
+	defer st.dlMu.Unlock()
+	return st.dl
 }
 
 // testWriteHook, when a test sets it, writes a whole coded message in CloseWrite instead
@@ -182,7 +228,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 	if st.rdone {
 		return 0, io.EOF
 	}
-	n, err := st.qs.Read(p)
+	n, err := st.readQS(p)
 	st.rcount += n
 	if err == io.EOF {
 		st.rdone = true
@@ -213,10 +259,17 @@ func (st *Stream) readMessageHead() error {
 func (st *Stream) readMessageHeadLocked() error {
 	b := make([]byte, 0, 512)
 	for {
-		n, err := st.qs.Read(b[len(b):cap(b)])
+		if m := st.takeCopy(); m != nil {
+			return st.deliverCopy(m)
+		}
+		n, err := st.readQS(b[len(b):cap(b)])
+		if errors.Is(err, errCopyArrived) {
+			continue // the copy is complete: what came of the stream is dropped
+		}
 		b = b[:len(b)+n]
 		h, hn, perr := parseHead(b)
 		if perr == nil {
+			st.gotHead.Store(true)
 			st.rhead, st.hasHead = h, true
 			if h.HasAck {
 				st.c.onAck(h.Ack)
@@ -252,6 +305,87 @@ func (st *Stream) readMessageHeadLocked() error {
 	}
 }
 
+// errCopyArrived interrupts a read of the stream: a complete copy of the message is in.
+var errCopyArrived = errors.New("copy arrived")
+
+// readQS reads the QUIC stream. A copy's arrival interrupts a blocked read through the
+// read deadline; readQS tells that from the owner's deadline and resumes after an
+// interruption that is no longer of use.
+func (st *Stream) readQS(p []byte) (int, error) {
+	for {
+		n, err := st.qs.Read(p)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, err
+		}
+		if !st.gotHead.Load() && st.hasCopy() {
+			return n, errCopyArrived
+		}
+		dl := st.deadline()
+		if !dl.IsZero() && !time.Now().Before(dl) {
+			return n, err
+		}
+		_ = st.qs.SetReadDeadline(dl)
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// offer gives the exchange a complete copy of its incoming message (redundant.go).
+func (st *Stream) offer(msg []byte) {
+	if st.gotHead.Load() {
+		st.c.m.copies.WithLabelValues("late").Inc()
+		return
+	}
+	st.cmu.Lock()
+	if st.copyMsg == nil {
+		st.copyMsg = msg
+	}
+	st.cmu.Unlock()
+	_ = st.qs.SetReadDeadline(time.Now()) // wake a reader blocked on the stream
+}
+
+func (st *Stream) hasCopy() bool {
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	return st.copyMsg != nil
+}
+
+func (st *Stream) takeCopy() []byte {
+	if st.gotHead.Load() {
+		return nil
+	}
+	st.cmu.Lock()
+	defer st.cmu.Unlock()
+	m := st.copyMsg
+	st.copyMsg = nil
+	return m
+}
+
+// deliverCopy takes the message from a copy instead of the stream.
+func (st *Stream) deliverCopy(m []byte) error {
+	_ = st.qs.SetReadDeadline(st.deadline()) // undo offer's interruption
+	h, hn, err := parseHead(m)
+	if err != nil {
+		st.c.close(closeProtocol, "malformed copy: "+err.Error())
+		return err
+	}
+	st.gotHead.Store(true)
+	st.byCopy = true
+	st.rhead, st.hasHead = h, true
+	st.c.m.copies.WithLabelValues("used").Inc()
+	if h.HasAck {
+		st.c.onAck(h.Ack)
+	}
+	if h.Codec == 0 {
+		st.rbuf, st.rdone = m[hn:], true
+		st.rcount = len(m) - hn
+		st.c.m.message("received", 0, modeStateless, st.rcount, st.rcount)
+		return nil
+	}
+	return st.readCoded(h, m[hn:], true)
+}
+
 // readCoded reads the rest of a coded message (have holds its first bytes) and decodes it.
 func (st *Stream) readCoded(h head, have []byte, eof bool) error {
 	limit := st.c.cfg.MaxCodedMessage + st.c.cfg.MaxCodedMessage/8 + 1024 // coded never grows much
@@ -264,7 +398,7 @@ func (st *Stream) readCoded(h head, have []byte, eof bool) error {
 			}
 			payload = append(payload, 0)[:len(payload)]
 		}
-		n, err := st.qs.Read(payload[len(payload):cap(payload)])
+		n, err := st.readQS(payload[len(payload):cap(payload)])
 		payload = payload[:len(payload)+n]
 		if err == io.EOF {
 			break
@@ -302,10 +436,14 @@ func (st *Stream) Close() error {
 	}
 	st.closed = true
 	needDrain := !st.hasHead && st.rerr == nil
-	if st.hasHead && !st.rdone && st.rerr == nil {
+	if st.hasHead && (!st.rdone || st.byCopy) && st.rerr == nil {
 		st.qs.CancelRead(codeCancelled)
 	}
 	st.rmu.Unlock()
+	st.released.Store(true)
+	if st.c.copiesOn() {
+		st.c.forget(st)
+	}
 	if needDrain {
 		st.c.drain(st)
 	}

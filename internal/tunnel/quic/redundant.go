@@ -1,0 +1,363 @@
+package quic
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+)
+
+// Redundant copies of small messages (SPEC.md, "Copies").
+//
+// On a lossy link a one-packet message whose packet is lost waits for QUIC's probe
+// timeout (about RTT + 4 RTT variance + the peer's 25 ms ack delay) before it is sent
+// again: that is the p99 of sequential calls. With redundancy on, each message that fits
+// one QUIC DATAGRAM is also sent as one, a few milliseconds after its stream data (so the
+// two do not share a packet and its fate). The receiver takes whichever complete copy comes
+// first and drops the other; datagrams are never retransmitted, so a copy costs its bytes
+// once. Exactly once holds because the origin starts an exchange from a copy only for a
+// stream it has not accepted yet, registers it, and attaches the stream to that exchange
+// when quic-go delivers it (quic-go accepts streams in id order).
+
+// streamIO is what a Stream needs of its QUIC stream: *quicgo.Stream, or a pendingStream
+// standing in for one the origin has not received yet.
+type streamIO interface {
+	io.ReadWriter
+	Close() error
+	CancelRead(quicgo.StreamErrorCode)
+	CancelWrite(quicgo.StreamErrorCode)
+	SetDeadline(time.Time) error
+	SetReadDeadline(time.Time) error
+	StreamID() quicgo.StreamID
+	ReleaseStreamCredit()
+}
+
+// maxPendingWrite bounds what an exchange started from a copy buffers for its stream
+// before the stream arrives; a writer beyond it waits.
+const maxPendingWrite = 4 << 20
+
+// pendingStream stands in for the stream of an exchange the origin started from a copy:
+// writes are kept until attach hands over the real stream. The exchange's message came
+// whole in the copy, so nothing is read from it.
+type pendingStream struct {
+	id      quicgo.StreamID
+	claimed bool // its stream arrived (guarded by conn.regMu)
+
+	mu        sync.Mutex
+	real      *quicgo.Stream
+	attached  chan struct{} // closed by attach
+	buf       []byte
+	closed    bool // Close (FIN) asked before attach
+	cancelW   quicgo.StreamErrorCode
+	cancelled bool
+	deadline  time.Time
+	credit    bool // ReleaseStreamCredit asked before attach
+}
+
+func newPendingStream(id quicgo.StreamID) *pendingStream {
+	return &pendingStream{id: id, attached: make(chan struct{})}
+}
+
+func (p *pendingStream) StreamID() quicgo.StreamID { return p.id }
+
+// attach hands over the real stream: what was written goes out now, in order.
+func (p *pendingStream) attach(real *quicgo.Stream) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.real = real
+	real.CancelRead(codeCancelled) // the message came in the copy
+	if !p.deadline.IsZero() {
+		_ = real.SetDeadline(p.deadline)
+	}
+	if p.cancelled {
+		real.CancelWrite(p.cancelW)
+	} else {
+		if len(p.buf) > 0 {
+			_, _ = real.Write(p.buf)
+		}
+		if p.closed {
+			_ = real.Close()
+		}
+	}
+	p.buf = nil
+	if p.credit {
+		real.ReleaseStreamCredit()
+	}
+	close(p.attached)
+}
+
+func (p *pendingStream) Read([]byte) (int, error) { return 0, io.EOF }
+
+func (p *pendingStream) Write(b []byte) (int, error) {
+	for {
+		p.mu.Lock()
+		if p.real != nil {
+			r := p.real
+			p.mu.Unlock()
+			return r.Write(b)
+		}
+		if p.cancelled || p.closed {
+			p.mu.Unlock()
+			return 0, errors.New("quic tunnel: write after close")
+		}
+		if len(p.buf)+len(b) <= maxPendingWrite {
+			p.buf = append(p.buf, b...)
+			p.mu.Unlock()
+			return len(b), nil
+		}
+		dl := p.deadline
+		p.mu.Unlock()
+		var timeout <-chan time.Time
+		if !dl.IsZero() {
+			t := time.NewTimer(time.Until(dl))
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-p.attached:
+		case <-timeout:
+			return 0, os.ErrDeadlineExceeded
+		}
+	}
+}
+
+func (p *pendingStream) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.real != nil {
+		return p.real.Close()
+	}
+	p.closed = true
+	return nil
+}
+
+func (p *pendingStream) CancelWrite(code quicgo.StreamErrorCode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.real != nil {
+		p.real.CancelWrite(code)
+		return
+	}
+	if !p.closed {
+		p.cancelled, p.cancelW = true, code
+	}
+}
+
+func (p *pendingStream) CancelRead(quicgo.StreamErrorCode) {} // attach cancels the real one
+
+func (p *pendingStream) SetDeadline(t time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deadline = t
+	if p.real != nil {
+		return p.real.SetDeadline(t)
+	}
+	return nil
+}
+
+func (p *pendingStream) SetReadDeadline(time.Time) error { return nil }
+
+func (p *pendingStream) ReleaseStreamCredit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.real != nil {
+		p.real.ReleaseStreamCredit()
+		return
+	}
+	p.credit = true
+}
+
+// copyItem is a copy waiting for its send time.
+type copyItem struct {
+	due  time.Time
+	msg  []byte
+	skip func() bool // true: the copy is no longer useful (the answer is in)
+}
+
+// copyQueueLen bounds the copies waiting to be sent; beyond it copies are dropped (they are
+// only ever an extra chance).
+const copyQueueLen = 1024
+
+// copyDelay is how long after its stream data a copy leaves: long enough not to share the
+// packet (and the fate) of the stream data, short against the probe timeout it beats.
+func copyDelay(srtt time.Duration) time.Duration {
+	return min(max(2*time.Millisecond, srtt/8), 20*time.Millisecond)
+}
+
+// queueCopy schedules a copy of a stream's whole message (head included).
+func (c *conn) queueCopy(id quicgo.StreamID, msg []byte, delay time.Duration, skip func() bool) {
+	if c.copies == nil {
+		return
+	}
+	b := binary.AppendUvarint(make([]byte, 0, 8+len(msg)), uint64(id))
+	b = append(b, msg...)
+	select {
+	case c.copies <- copyItem{due: time.Now().Add(delay), msg: b, skip: skip}:
+	default:
+		c.m.copies.WithLabelValues("sent_dropped").Inc()
+	}
+}
+
+// sendCopies sends queued copies when due; it runs until the connection ends. Items come
+// in due order (the delay is the same for all but those due at once).
+func (c *conn) sendCopies() {
+	defer c.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		var it copyItem
+		select {
+		case it = <-c.copies:
+		case <-c.done():
+			return
+		}
+		if d := time.Until(it.due); d > 0 {
+			t.Reset(d)
+			select {
+			case <-t.C:
+			case <-c.done():
+				return
+			}
+		}
+		if it.skip != nil && it.skip() {
+			c.m.copies.WithLabelValues("skipped").Inc()
+			continue
+		}
+		if err := c.qc.SendDatagram(it.msg); err != nil {
+			c.m.copies.WithLabelValues("too_large").Inc()
+			continue
+		}
+		c.m.copies.WithLabelValues("sent").Inc()
+	}
+}
+
+// receiveCopies hands received copies to their exchanges until the connection ends.
+func (c *conn) receiveCopies() {
+	defer c.wg.Done()
+	for {
+		b, err := c.qc.ReceiveDatagram(context.Background())
+		if err != nil {
+			return
+		}
+		id, n := binary.Uvarint(b)
+		if n <= 0 {
+			c.close(closeProtocol, "malformed datagram")
+			return
+		}
+		c.onCopy(quicgo.StreamID(id), b[n:])
+	}
+}
+
+// maxCopy is the largest message (head included) sent as a copy: what fits one DATAGRAM
+// frame in a packet of QUIC's minimum size. quic-go refuses larger ones (counted as
+// too_large); path MTU discovery may allow more, but copies are for one-packet messages.
+const maxCopy = 1100
+
+// onCopy hands a received copy to its exchange: the edge's stream waiting for a response,
+// or at the origin the stream of a request (accepted already, or an exchange started now
+// for a stream not accepted yet).
+func (c *conn) onCopy(id quicgo.StreamID, msg []byte) {
+	c.regMu.Lock()
+	st := c.exchanges[id]
+	if st != nil || !c.server {
+		c.regMu.Unlock()
+		if st == nil {
+			c.m.copies.WithLabelValues("late").Inc()
+			return
+		}
+		st.offer(msg)
+		return
+	}
+	switch {
+	case id < c.nextAccept:
+		c.regMu.Unlock()
+		c.m.copies.WithLabelValues("late").Inc() // its stream came first and is done
+		return
+	case id >= c.nextAccept+4*quicgo.StreamID(c.maxStreams) || c.early >= int(c.maxStreams):
+		c.regMu.Unlock()
+		c.m.copies.WithLabelValues("refused").Inc() // beyond the stream credit granted
+		return
+	}
+	ps := newPendingStream(id)
+	st = newStream(c, ps, nil)
+	st.server = true
+	st.copyMsg = msg
+	c.exchanges[id] = st
+	c.early++
+	c.regMu.Unlock()
+	c.m.copies.WithLabelValues("early_start").Inc()
+	c.serve(st)
+}
+
+// accepted registers a stream quic-go delivered: the stream of an exchange started from a
+// copy is attached to it (and nil returned); any other gets its Stream.
+func (c *conn) accepted(qs *quicgo.Stream) *Stream {
+	c.regMu.Lock()
+	id := qs.StreamID()
+	c.nextAccept = id + 4
+	if st := c.exchanges[id]; st != nil {
+		// Started from a copy. Its entry stays until now even if it is over: without
+		// it, this stream would run the exchange a second time.
+		ps := st.qs.(*pendingStream)
+		ps.claimed = true
+		c.early--
+		if st.released.Load() {
+			delete(c.exchanges, id)
+		}
+		c.regMu.Unlock()
+		ps.attach(qs)
+		return nil
+	}
+	st := newStream(c, qs, nil)
+	st.server = true
+	if c.copiesOn() {
+		c.exchanges[id] = st
+	}
+	c.regMu.Unlock()
+	return st
+}
+
+// opened registers an exchange the edge opened, so its response's copy finds it.
+func (c *conn) opened(st *Stream) {
+	if !c.copiesOn() {
+		return
+	}
+	c.regMu.Lock()
+	c.exchanges[st.qs.StreamID()] = st
+	c.regMu.Unlock()
+}
+
+// forget drops a closed exchange from the registry.
+func (c *conn) forget(st *Stream) {
+	c.regMu.Lock()
+	if ps, ok := st.qs.(*pendingStream); ok && !ps.claimed {
+		c.regMu.Unlock() // accepted drops it when its stream arrives
+		return
+	}
+	if c.exchanges[st.qs.StreamID()] == st {
+		delete(c.exchanges, st.qs.StreamID())
+	}
+	c.regMu.Unlock()
+}
+
+// copiesOn reports whether this connection sends and takes copies.
+func (c *conn) copiesOn() bool { return c.copies != nil }
+
+// startCopies turns copies on once both sides agreed (the edge enables QUIC datagrams only
+// with redundancy on; the origin then answers in kind).
+func (c *conn) startCopies() {
+	cs := c.qc.ConnectionState()
+	if !cs.SupportsDatagrams.Local || !cs.SupportsDatagrams.Remote {
+		return
+	}
+	c.copies = make(chan copyItem, copyQueueLen)
+	c.exchanges = map[quicgo.StreamID]*Stream{}
+	c.wg.Add(2)
+	go c.sendCopies()
+	go c.receiveCopies()
+}

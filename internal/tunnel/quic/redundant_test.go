@@ -1,0 +1,130 @@
+package quic
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// countingEcho answers "echo:" + the request and counts executions per request.
+type countingEcho struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (e *countingEcho) handle(_ context.Context, st *Stream) {
+	defer st.Close()
+	req, err := io.ReadAll(st)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	e.runs[string(req)]++
+	e.mu.Unlock()
+	_, _ = st.Write(append([]byte("echo:"), req...))
+	_ = st.CloseWrite()
+}
+
+// TestUDPCopyStartsExchangeWhoseStreamIsLost: with redundancy on, a request whose stream
+// packet is lost reaches the origin in its copy; the origin runs the exchange at once and
+// answers in a copy too, long before QUIC's probe timeout would have resent the stream.
+// When the stream arrives later it is attached, not run again.
+func TestUDPCopyStartsExchangeWhoseStreamIsLost(t *testing.T) {
+	p := newPair(t, pairOptions{copies: true})
+	echo := &countingEcho{runs: map[string]int{}}
+	p.setHandler(echo.handle)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 5 {
+		_, err := p.call(ctx, soapMessage(i, 700))
+		require.NoError(t, err)
+	}
+	early := p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "early_start")
+	used := p.counter(t, "soapgw_udp_copies_total", "peer", "origin", "result", "used")
+
+	var dropped atomic.Bool // the first large packet: the request's stream data
+	p.edgeSock.Load().setDrop(func(b []byte) bool { return len(b) > 500 && dropped.CompareAndSwap(false, true) })
+	req := soapMessage(99, 700)
+	resp, err := p.call(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, append([]byte("echo:"), req...), resp)
+	require.True(t, dropped.Load())
+	require.Equal(t, early+1, p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "early_start"), "the origin started it from the copy")
+	require.Equal(t, used+1, p.counter(t, "soapgw_udp_copies_total", "peer", "origin", "result", "used"), "the edge took the answer's copy")
+
+	// More calls: the late stream is attached, never run; everything stays in step.
+	for i := range 5 {
+		_, err := p.call(ctx, soapMessage(100+i, 700))
+		require.NoError(t, err)
+	}
+	echo.mu.Lock()
+	defer echo.mu.Unlock()
+	for r, n := range echo.runs {
+		require.Equal(t, 1, n, "request %.200q ran %d times", r, n)
+	}
+}
+
+// TestUDPCopiesUnderLossExactlyOnce: random loss both ways of the edge's packets, copies on,
+// sequential and concurrent callers, token-coded and not: every call answered with its
+// own echo, every request run exactly once, the codec state never out of step.
+func TestUDPCopiesUnderLossExactlyOnce(t *testing.T) {
+	for _, codecs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("codecs=%v", codecs), func(t *testing.T) {
+			p := newPair(t, pairOptions{copies: true, codecs: codecs})
+			echo := &countingEcho{runs: map[string]int{}}
+			p.setHandler(echo.handle)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			_, err := p.call(ctx, soapMessage(0, 300)) // connection up before the loss starts
+			require.NoError(t, err)
+			var mu sync.Mutex
+			rng := rand.New(rand.NewPCG(7, 9))
+			p.edgeSock.Load().setDrop(func([]byte) bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return rng.IntN(100) < 8
+			})
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for w := range 4 {
+				wg.Go(func() {
+					for i := range 60 {
+						req := soapMessage(w*1000+i+1, 200+50*w)
+						resp, err := p.call(ctx, req)
+						if err == nil && !bytes.Equal(resp, append([]byte("echo:"), req...)) {
+							err = fmt.Errorf("worker %d call %d: wrong response", w, i)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			echo.mu.Lock()
+			defer echo.mu.Unlock()
+			require.Len(t, echo.runs, 241)
+			for r, n := range echo.runs {
+				require.Equal(t, 1, n, "request %.200q ran %d times", r, n)
+			}
+			require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
+			t.Logf("copies: %v used by origin, %v used by edge, %v early starts",
+				p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "used"),
+				p.counter(t, "soapgw_udp_copies_total", "peer", "origin", "result", "used"),
+				p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "early_start"))
+		})
+	}
+}
