@@ -1,0 +1,420 @@
+package e2e
+
+// The UDP tunnel (transport: udp, internal/tunnel/quic) between real gateways: real SOAP
+// stacks through it, every codec through a lossy, duplicating, reordering path, the edge's
+// address changing mid-run, UDP blocked with a TCP fallback, and a wrong key.
+
+import (
+	"bufio"
+	"encoding/json"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/peerauth"
+)
+
+// udpEdgeYAML is edgeYAML with the peer on the UDP tunnel at peerAddr; peerExtra lines
+// (indented six spaces) go into the peer.
+func udpEdgeYAML(a pairAddrs, peerAddr, peerExtra string) string {
+	y := edgeYAML(a, "")
+	y = regexp.MustCompile(`(?m)^      address: .*$`).ReplaceAllLiteralString(y, "      address: "+peerAddr+"\n      transport: udp"+peerExtra)
+	return y
+}
+
+// udpRelay stands for the network between the gateways: it forwards UDP datagrams from
+// the edge to the origin's UDP port and back, through a NAT-like mapping (one upstream
+// socket per edge address), dropping, duplicating and delaying them as told. Delays
+// reorder. It can also forward TCP on the same port number, for a peer's TCP fallback.
+type udpRelay struct {
+	t      testing.TB
+	down   *net.UDPConn // faces the edge
+	target *net.UDPAddr
+
+	lossPct, dupPct int // per datagram, each way
+	maxDelay        time.Duration
+	blocked         atomic.Bool
+
+	mu    sync.Mutex
+	rng   *rand.Rand
+	nat   map[string]*net.UDPConn // edge address -> socket towards the origin
+	tcpLn net.Listener
+	wg    sync.WaitGroup
+	done  chan struct{}
+}
+
+func startUDPRelay(t testing.TB, target string, lossPct, dupPct int, maxDelay time.Duration, withTCP bool) *udpRelay {
+	t.Helper()
+	ta, err := net.ResolveUDPAddr("udp", target)
+	require.NoError(t, err)
+	r := &udpRelay{t: t, target: ta, lossPct: lossPct, dupPct: dupPct, maxDelay: maxDelay,
+		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)), nat: map[string]*net.UDPConn{}, done: make(chan struct{})}
+	for range 20 { // the TCP forwarder needs the same port number: retry on a clash
+		r.down, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		require.NoError(t, err)
+		if !withTCP {
+			break
+		}
+		r.tcpLn, err = net.Listen("tcp", r.down.LocalAddr().String())
+		if err == nil {
+			break
+		}
+		_ = r.down.Close()
+	}
+	require.NoError(t, err)
+	r.wg.Add(1)
+	go r.fromEdge()
+	if r.tcpLn != nil {
+		r.wg.Add(1)
+		go r.forwardTCP(target)
+	}
+	t.Cleanup(r.close)
+	return r
+}
+
+func (r *udpRelay) Addr() string { return r.down.LocalAddr().String() }
+
+func (r *udpRelay) close() {
+	close(r.done)
+	_ = r.down.Close()
+	if r.tcpLn != nil {
+		_ = r.tcpLn.Close()
+	}
+	r.mu.Lock()
+	for _, c := range r.nat {
+		_ = c.Close()
+	}
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// fate decides a datagram's copies and delays (none when it is dropped).
+func (r *udpRelay) fate() []time.Duration {
+	if r.blocked.Load() {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.rng.IntN(100) < r.lossPct {
+		return nil
+	}
+	n := 1
+	if r.rng.IntN(100) < r.dupPct {
+		n = 2
+	}
+	out := make([]time.Duration, n)
+	for i := range out {
+		if r.maxDelay > 0 {
+			out[i] = time.Duration(r.rng.Int64N(int64(r.maxDelay)))
+		}
+	}
+	return out
+}
+
+func (r *udpRelay) send(c *net.UDPConn, b []byte, to *net.UDPAddr) {
+	for _, d := range r.fate() {
+		if d == 0 {
+			_, _ = c.WriteToUDP(b, to)
+			continue
+		}
+		p := append([]byte(nil), b...)
+		time.AfterFunc(d, func() { _, _ = c.WriteToUDP(p, to) }) // a closed socket only fails the write
+	}
+}
+
+func (r *udpRelay) fromEdge() {
+	defer r.wg.Done()
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := r.down.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		up := r.upstream(from)
+		if up == nil {
+			return
+		}
+		r.send(up, buf[:n], r.target)
+	}
+}
+
+// upstream returns the socket towards the origin for an edge address, opening it (and its
+// reader) on first use.
+func (r *udpRelay) upstream(edge *net.UDPAddr) *net.UDPConn {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.done:
+		return nil
+	default:
+	}
+	if c := r.nat[edge.String()]; c != nil {
+		return c
+	}
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil
+	}
+	r.nat[edge.String()] = c
+	r.wg.Add(1)
+	go r.fromOrigin(c, edge)
+	return c
+}
+
+func (r *udpRelay) fromOrigin(c *net.UDPConn, edge *net.UDPAddr) {
+	defer r.wg.Done()
+	buf := make([]byte, 65536)
+	for {
+		n, _, err := c.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		r.send(r.down, buf[:n], edge)
+	}
+}
+
+// rebind gives every edge a new source port towards the origin, as a NAT that lost its
+// mapping (or an edge that changed network) would; packets still in flight to the old
+// ports are lost.
+func (r *udpRelay) rebind() {
+	r.mu.Lock()
+	old := r.nat
+	r.nat = map[string]*net.UDPConn{}
+	r.mu.Unlock()
+	for _, c := range old {
+		_ = c.Close()
+	}
+}
+
+func (r *udpRelay) forwardTCP(target string) {
+	defer r.wg.Done()
+	for {
+		c, err := r.tcpLn.Accept()
+		if err != nil {
+			return
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer c.Close()
+			u, err := net.DialTimeout("tcp", target, 5*time.Second)
+			if err != nil {
+				return
+			}
+			defer u.Close()
+			go func() {
+				<-r.done
+				_ = c.Close()
+				_ = u.Close()
+			}()
+			errc := make(chan error, 2)
+			go func() { _, err := ioCopy(u, c); errc <- err }()
+			_, _ = ioCopy(c, u)
+			<-errc
+		}()
+	}
+}
+
+// ioCopy copies until EOF or error, then half-closes dst.
+func ioCopy(dst, src net.Conn) (int64, error) {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := dst.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		if err != nil {
+			if tc, ok := dst.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+			return n, err
+		}
+	}
+}
+
+// TestUDPZeepSpyne: zeep's results through a pair on the UDP tunnel equal its results
+// direct against spyne, byte for byte (the conformance sequence of TestZeepThroughPair).
+func TestUDPZeepSpyne(t *testing.T) {
+	zpRequireStack(t)
+	t.Parallel()
+	port := zpStartServer(t)
+	serverURL := "http://127.0.0.1:" + port
+	a := newPairAddrs(t)
+	startGateway(t, a.OriginAdmin, originYAML(a, serverURL, ""))
+	edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, a.Tunnel, ""))
+
+	direct := zpRunClient(t, serverURL+"/?wsdl")
+	viaGW := zpRunClient(t, "http://"+a.Edge+"/?wsdl")
+	var out struct {
+		Results map[string]map[string]json.RawMessage `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal(direct, &out), "direct output:\n%s", direct)
+	require.Contains(t, string(out.Results["echo_100k"]["result"]), `"equals_input": true`)
+	require.Equal(t, string(direct), string(viaGW), "zeep output through the UDP tunnel differs from the direct output")
+	require.Positive(t, metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent"), "the exchanges went over UDP")
+	require.Zero(t, metricSum(t, edge.admin, "soapgw_tunnel_codec_messages_total", "direction=sent"), "not over TCP")
+}
+
+// TestUDPCodecsUnderLoss: every codec over the UDP tunnel through a path that loses 5 % of
+// datagrams each way, duplicates 1 % and delays up to 4 ms (reordering), and two with
+// redundant copies on: every request and response arrives byte for byte, none is mixed
+// up, and the server executes each call exactly once (its count equals the client's
+// successful calls).
+func TestUDPCodecsUnderLoss(t *testing.T) {
+	traffic := codecTraffic(t, 100) // 413 calls per case, 3,300 in all
+	for _, tc := range []struct {
+		codec     string
+		redundant bool
+	}{{"identity", false}, {"gzip", false}, {"zstd", false}, {"zstd-stream", false}, {"token", false}, {"auto", false}, {"token", true}, {"identity", true}} {
+		codecName := tc.codec
+		name, peerExtra := codecName, "\n      codec: "+codecName
+		if tc.redundant {
+			name, peerExtra = codecName+"+redundancy", peerExtra+"\n      redundancy: true"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			up := codecUpstream(t, traffic)
+			a := newPairAddrs(t)
+			startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), "  codec: "+codecName+"\n"))
+			relay := startUDPRelay(t, a.Tunnel, 5, 1, 4*time.Millisecond, false)
+			edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, relay.Addr(), peerExtra))
+			codecRun(t, a.Edge, traffic, 3)
+
+			calls := map[string]int{}
+			for _, r := range up.Requests() {
+				calls[r.Header("X-Call")]++
+			}
+			require.Len(t, calls, len(traffic), "every call reached the server")
+			for call, n := range calls {
+				require.Equal(t, 1, n, "call %s executed %d times", call, n)
+			}
+			require.Positive(t, metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent"))
+			require.Zero(t, metricSum(t, edge.admin, "soapgw_gateway_errors_total"))
+			t.Logf("%s: %d calls, lost %v / sent %v QUIC packets at the edge, %v retried exchanges, %v copies used by the edge", name, len(traffic),
+				metricSum(t, edge.admin, "soapgw_udp_packets_total", "kind=lost"), metricSum(t, edge.admin, "soapgw_udp_packets_total", "kind=sent"),
+				metricSum(t, edge.admin, "soapgw_edge_retries_total"), metricSum(t, edge.admin, "soapgw_udp_copies_total", "result=used"))
+			if tc.redundant {
+				require.Positive(t, metricSum(t, edge.admin, "soapgw_udp_copies_total", "result=sent"), "copies were sent")
+			}
+		})
+	}
+}
+
+// udpCalls runs n sequential keep-alive calls through the edge and returns how many failed.
+func udpCalls(t *testing.T, addr string, traffic []codecExchange, from, n int, each func(i int)) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	failed := 0
+	for i := from; i < from+n; i++ {
+		if each != nil {
+			each(i)
+		}
+		if err := codecCall(c, br, addr, traffic[i%len(traffic)], i%len(traffic)); err != nil {
+			t.Logf("call %d: %v", i, err)
+			failed++
+			_ = c.Close()
+			if c, err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+				return failed + (from + n - i - 1)
+			}
+			br = bufio.NewReader(c)
+		}
+	}
+	return failed
+}
+
+// TestUDPAddressChange: mid-run, the edge's packets start arriving from a new address
+// (a NAT rebinding; an interface change looks the same to the origin). QUIC's connection
+// migration keeps the tunnel: no call fails and the origin sees the path change.
+func TestUDPAddressChange(t *testing.T) {
+	t.Parallel()
+	traffic := codecTraffic(t, 8)
+	up := codecUpstream(t, traffic)
+	a := newPairAddrs(t)
+	origin := startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), ""))
+	relay := startUDPRelay(t, a.Tunnel, 0, 0, 0, false)
+	edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, relay.Addr(), ""))
+	dials := metricSum(t, edge.admin, "soapgw_udp_dials_total", "result=ok")
+
+	failed := udpCalls(t, a.Edge, traffic, 0, 300, func(i int) {
+		if i == 100 || i == 200 {
+			relay.rebind()
+		}
+	})
+	require.Zero(t, failed, "calls failed across the address changes")
+	require.GreaterOrEqual(t, metricSum(t, origin.admin, "soapgw_udp_path_changes_total"), 1.0, "the origin saw the edge's new address")
+	require.Equal(t, dials, metricSum(t, edge.admin, "soapgw_udp_dials_total", "result=ok"), "the same connections carried on: no reconnect")
+}
+
+// TestUDPBlockedFallsBackToTCP: a peer with transport udp and fallback tcp whose UDP does
+// not get through carries its calls over TCP; when UDP gets through again, the traffic
+// moves back to it.
+func TestUDPBlockedFallsBackToTCP(t *testing.T) {
+	t.Parallel()
+	traffic := codecTraffic(t, 8)
+	up := codecUpstream(t, traffic)
+	a := newPairAddrs(t)
+	startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), ""))
+	relay := startUDPRelay(t, a.Tunnel, 0, 0, 0, true)
+	relay.blocked.Store(true)
+	edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, relay.Addr(), "\n      fallback: tcp\n      dial_timeout: 1s"))
+
+	require.Zero(t, udpCalls(t, a.Edge, traffic, 0, 30, nil), "calls fail while UDP is blocked")
+	require.Equal(t, 1.0, metricSum(t, edge.admin, "soapgw_tunnel_transport_active", "peer=dc1", "transport=tcp"))
+	require.Positive(t, metricSum(t, edge.admin, "soapgw_tunnel_codec_messages_total", "direction=sent"), "the calls went over TCP")
+	require.Zero(t, metricSum(t, edge.admin, "soapgw_udp_connections"))
+
+	relay.blocked.Store(false)
+	deadline := time.Now().Add(30 * time.Second) // the UDP peer retries with backoff (at most 5 s apart)
+	for i := 30; metricSum(t, edge.admin, "soapgw_tunnel_transport_active", "peer=dc1", "transport=udp") != 1; i++ {
+		require.True(t, time.Now().Before(deadline), "traffic did not move back to UDP")
+		require.Zero(t, udpCalls(t, a.Edge, traffic, i, 1, nil))
+		time.Sleep(50 * time.Millisecond) // pacing between probe calls, not ordering
+	}
+	before := metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent")
+	require.Zero(t, udpCalls(t, a.Edge, traffic, 100, 10, nil))
+	require.Equal(t, before+10, metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent"), "the calls went over UDP again")
+	require.GreaterOrEqual(t, metricSum(t, edge.admin, "soapgw_tunnel_transport_switches_total", "to=udp"), 1.0)
+}
+
+// TestUDPAuthWrongKey: an edge with another key gets no UDP tunnel; the origin refuses it
+// as bad_key and serves nothing.
+func TestUDPAuthWrongKey(t *testing.T) {
+	t.Parallel()
+	up := codecUpstream(t, nil)
+	a := newPairAddrs(t)
+	origin := startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), ""))
+	key, err := peerauth.GenerateKey()
+	require.NoError(t, err)
+	other := filepath.Join(t.TempDir(), "other.key")
+	require.NoError(t, os.WriteFile(other, []byte(key+"\n"), 0o600))
+	yml := regexp.MustCompile(`key_file: [^}]*`).ReplaceAllLiteralString(udpEdgeYAML(a, a.Tunnel, "\n      dial_timeout: 1s"), "key_file: "+other)
+	path := filepath.Join(t.TempDir(), "edge.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yml), 0o600))
+	edge := startProc(t, binary, "run", "--config", path)
+
+	deadline := time.Now().Add(15 * time.Second)
+	for metricSum(t, origin.admin, "soapgw_udp_handshakes_total", "result=bad_key") == 0 {
+		require.True(t, time.Now().Before(deadline), "no bad_key refusal at the origin\n%s", edge.out.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, _ := httpGet("http://" + a.EdgeAdmin + "/readyz")
+	require.Equal(t, 503, code, "the edge is not ready without a tunnel")
+	require.Zero(t, metricSum(t, origin.admin, "soapgw_udp_handshakes_total", "result=ok"))
+	require.Empty(t, up.Requests())
+	require.Regexp(t, `refused this edge's key|bad_key`, edge.out.String())
+}
