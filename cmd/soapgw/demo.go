@@ -27,6 +27,9 @@ type demoOptions struct {
 	concurrency int
 	rtt         time.Duration
 	codec       string
+	transport   string
+	loss        float64
+	redundancy  bool
 }
 
 func newDemoCommand(g *globalOptions) *cobra.Command {
@@ -44,6 +47,15 @@ and prints latency and the bytes that crossed the link.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.calls < 1 || o.concurrency < 1 || o.rtt < 0 {
 				return usageError{fmt.Errorf("demo: --calls and --concurrency must be positive, --rtt not negative")}
+			}
+			if o.transport != config.TransportTCP && o.transport != config.TransportUDP {
+				return usageError{fmt.Errorf("demo: --transport must be tcp or udp, got %q", o.transport)}
+			}
+			if o.loss < 0 || o.loss >= 1 || (cmd.Flag("loss").Changed && o.transport != config.TransportUDP) {
+				return usageError{fmt.Errorf("demo: --loss is a fraction below 1, for --transport udp")}
+			}
+			if o.redundancy && o.transport != config.TransportUDP {
+				return usageError{fmt.Errorf("demo: --redundancy is for --transport udp")}
 			}
 			if _, err := codec.NewPolicy(o.codec, 0); err != nil {
 				return usageError{fmt.Errorf("demo: %w", err)}
@@ -63,6 +75,9 @@ and prints latency and the bytes that crossed the link.`,
 	cmd.Flags().IntVar(&o.concurrency, "concurrency", 1, "concurrent clients (1 = one synchronous client, as in the papers)")
 	cmd.Flags().DurationVar(&o.rtt, "rtt", 20*time.Millisecond, "round-trip time of the emulated link")
 	cmd.Flags().StringVar(&o.codec, "codec", "auto", "tunnel codec: "+strings.Join(codec.Names, ", "))
+	cmd.Flags().StringVar(&o.transport, "transport", "tcp", "tunnel transport: tcp, or udp (QUIC) across a lossy link (see --loss)")
+	cmd.Flags().Float64Var(&o.loss, "loss", 0.01, "with --transport udp: fraction of the tunnel's datagrams lost each way")
+	cmd.Flags().BoolVar(&o.redundancy, "redundancy", false, "with --transport udp: send small messages twice (edge.peers[].redundancy)")
 	return cmd
 }
 
@@ -72,6 +87,9 @@ type demoResult struct {
 	total time.Duration
 	link  netsim.LinkStats
 }
+
+// statsLink is an emulated link the demo reads its byte counts from.
+type statsLink interface{ Stats() netsim.LinkStats }
 
 func runDemo(ctx context.Context, o *demoOptions, out io.Writer, log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -121,11 +139,24 @@ origin:
 		return err
 	}
 	defer origin.shutdown(context.Background())
-	tunnelLink, err := netsim.NewLink(ctx, origin.tunnelAddr(), linkCfg)
-	if err != nil {
-		return err
+	peerAddr, transport := "", "tcp"
+	var tunnelLink statsLink
+	if o.transport == config.TransportUDP {
+		// QUIC over an emulated datagram path: the same delay, and losses.
+		l, err := netsim.NewUDPLink(ctx, origin.udpAddr(), netsim.UDPLinkConfig{Delay: o.rtt / 2, Loss: o.loss})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		peerAddr, transport, tunnelLink = l.Addr(), "udp", l
+	} else {
+		l, err := netsim.NewLink(ctx, origin.tunnelAddr(), linkCfg)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		peerAddr, tunnelLink = l.Addr(), l
 	}
-	defer tunnelLink.Close()
 	edge, err := startGateway(ctx, mustParse(fmt.Sprintf(`
 node: demo-edge
 edge:
@@ -135,13 +166,15 @@ edge:
   peers:
     - name: origin
       address: %s
+      transport: %s
+      redundancy: %t
       connections: 1
       codec: %s
       auth: {key: %q}
   routes:
     - peer: origin
       upstream: calendar
-`, tunnelLink.Addr(), o.codec, key)), log)
+`, peerAddr, transport, o.redundancy, o.codec, key)), log)
 	if err != nil {
 		return err
 	}
@@ -149,7 +182,14 @@ edge:
 	if err := waitReady(ctx, edge, 5*time.Second); err != nil {
 		return err
 	}
-	r2, err := demoCalls(ctx, "soapgw pair (persistent tunnel, "+o.codec+")", edge.edgeAddr("soap"), o, tunnelLink)
+	name := "soapgw pair (persistent tunnel, " + o.codec + ")"
+	if o.transport == config.TransportUDP {
+		name = fmt.Sprintf("soapgw pair (UDP tunnel, %s, %.1f%% loss)", o.codec, 100*o.loss)
+		if o.redundancy {
+			name = fmt.Sprintf("soapgw pair (UDP tunnel, %s, redundancy, %.1f%% loss)", o.codec, 100*o.loss)
+		}
+	}
+	r2, err := demoCalls(ctx, name, edge.edgeAddr("soap"), o, tunnelLink)
 	if err != nil {
 		return err
 	}
@@ -159,7 +199,7 @@ edge:
 
 // demoCalls runs the calls and checks every response byte for byte: a demo that could
 // print numbers for wrong answers would prove nothing.
-func demoCalls(ctx context.Context, name, addr string, o *demoOptions, link *netsim.Link) (demoResult, error) {
+func demoCalls(ctx context.Context, name, addr string, o *demoOptions, link statsLink) (demoResult, error) {
 	before := link.Stats()
 	start := time.Now()
 	lat, err := soapdemo.RunCalls(ctx, o.calls, o.concurrency, func(ctx context.Context, i int) error {
@@ -202,7 +242,11 @@ func printDemo(out io.Writer, o *demoOptions, rs []demoResult) {
 		fmt.Fprintf(out, "\nthrough soapgw: p50 %.1fx faster, %.0f%% of the payload bytes on the link; every response checked byte for byte.\n",
 			float64(rs[0].stats.P50)/float64(rs[1].stats.P50),
 			100*float64(rs[1].link.BytesUp+rs[1].link.BytesDown)/float64(max(rs[0].link.BytesUp+rs[0].link.BytesDown, 1)))
-		fmt.Fprintln(out, "(link bytes count TCP payload only; the direct path also pays a TCP handshake and teardown per call.)")
+		if o.transport == config.TransportUDP {
+			fmt.Fprintln(out, "(link bytes count TCP payload for the direct path and UDP payload, QUIC packets whole, for the tunnel; the direct path also pays a TCP handshake and teardown per call and crosses the link without loss.)")
+		} else {
+			fmt.Fprintln(out, "(link bytes count TCP payload only; the direct path also pays a TCP handshake and teardown per call.)")
+		}
 	}
 }
 

@@ -393,6 +393,9 @@ func (g *gateway) edgeAddr(name string) string { return g.edgeLns[name].Addr().S
 // tunnelAddr is the bound address of the origin's tunnel listener.
 func (g *gateway) tunnelAddr() string { return g.tunLn.Addr().String() }
 
+// udpAddr is the bound address of the origin's UDP tunnel listener.
+func (g *gateway) udpAddr() string { return g.udpLn.LocalAddr().String() }
+
 func (g *gateway) closeListeners() {
 	for _, ln := range g.edgeLns {
 		_ = ln.Close()

@@ -38,6 +38,8 @@ func TestExitCodes(t *testing.T) {
 		{"extra argument", []string{"config", "check", bad, "more"}, exitUsage, "accepts 1 arg"},
 		{"bad log level", []string{"--log-level", "loud", "run", "--config", bad}, exitUsage, "--log-level"},
 		{"bad demo codec", []string{"demo", "--codec", "brotli"}, exitUsage, `codec "brotli"`},
+		{"bad demo transport", []string{"demo", "--transport", "sctp"}, exitUsage, "--transport must be tcp or udp"},
+		{"demo loss without udp", []string{"demo", "--loss", "0.1"}, exitUsage, "--loss is a fraction below 1, for --transport udp"},
 		{"unknown codec in config", []string{"config", "check", "testdata/brotli.yaml"}, exitUsage, `unknown codec "brotli"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +81,20 @@ func TestDemoRunsAndChecksResponses(t *testing.T) {
 	}
 	require.Regexp(t, `\s20\s+\S+\s+\S+\s+\S+\s+20\s`, direct)
 	require.Regexp(t, `\s20\s+\S+\s+\S+\s+\S+\s+0\s`, pair)
+}
+
+// TestDemoOverUDP: `demo --transport udp` runs the same calls over the UDP tunnel across a
+// lossy emulated link and prints the same table.
+func TestDemoOverUDP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("demo runs real calls")
+	}
+	code, out, stderr := runCLI(t, "demo", "--transport", "udp", "--loss", "0.02", "--redundancy", "--calls", "40", "--rtt", "4ms")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "direct (HTTP/1.0, connection per call)")
+	require.Contains(t, out, "soapgw pair (UDP tunnel, auto, redundancy, 2.0% loss)")
+	require.Contains(t, out, "every response checked byte for byte")
+	require.Regexp(t, `soapgw pair \(UDP[^\n]*\s40\s+\S+\s+\S+\s+\S+\s+0\s`, out, "one persistent connection, none per call")
 }
 
 // Regression: a start-up failure after the configuration loaded (here: the edge's port is

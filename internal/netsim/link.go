@@ -64,6 +64,8 @@ type LinkStats struct {
 	// SegmentsUp and SegmentsDown count forwarded chunks (one per read on
 	// the sending side): a proxy for the number of data packets.
 	SegmentsUp, SegmentsDown int64
+	// Dropped counts datagrams a UDPLink dropped (its Loss, or a full queue).
+	Dropped int64
 }
 
 // Link is an emulated network path in front of one target address. Create
