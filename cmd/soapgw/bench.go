@@ -47,8 +47,10 @@ deterministic traffic of internal/trafficgen (the papers' scenarios).
 
 Configurations: direct (the client calls the server across the link, HTTP/1.0, a connection
 per call), nginx-pair (Debian's nginx beside each side: keep-alive HTTP/1.1 and gzip across
-the link), and soapgw/<codec> (this binary as edge and origin; codec identity, gzip, zstd,
-zstd-stream, token or auto). A configuration that cannot run here (nginx missing, a codec
+the link), soapgw/<codec> (this binary as edge and origin over the TCP tunnel; codec
+identity, gzip, zstd, zstd-stream, token or auto), soapgw-udp/<codec> (the same over the
+UDP tunnel, QUIC) and soapgw-udp-redundant/<codec> (UDP with small messages sent twice:
+edge.peers[].redundancy). A configuration that cannot run here (nginx missing, a codec
 this build refuses) is reported as skipped with the reason.
 
 The client makes HTTP/1.0 calls, one TCP connection each, and checks every response byte

@@ -67,6 +67,14 @@ var SoapgwCodecs = []string{"identity", "gzip", "zstd", "zstd-stream", "token", 
 // DefaultConfigs is the default --configs list.
 var DefaultConfigs = []string{"direct", "nginx-pair", "soapgw/identity", "soapgw/gzip", "soapgw/zstd", "soapgw/token", "soapgw/auto"}
 
+// soapgwPrefixes are the soapgw configuration families: the TCP tunnel, the UDP tunnel,
+// and the UDP tunnel with redundant copies of small messages.
+var soapgwPrefixes = []struct {
+	prefix     string
+	transport  string
+	redundancy bool
+}{{"soapgw/", "", false}, {"soapgw-udp/", "udp", false}, {"soapgw-udp-redundant/", "udp", true}}
+
 // ConfigByName builds a configuration from its name.
 func ConfigByName(name string) (Config, error) {
 	switch {
@@ -74,16 +82,20 @@ func ConfigByName(name string) (Config, error) {
 		return directConfig{}, nil
 	case name == "nginx-pair":
 		return nginxPair{}, nil
-	case strings.HasPrefix(name, "soapgw/"):
-		c := strings.TrimPrefix(name, "soapgw/")
+	}
+	for _, f := range soapgwPrefixes {
+		c, ok := strings.CutPrefix(name, f.prefix)
+		if !ok {
+			continue
+		}
 		for _, k := range SoapgwCodecs {
 			if k == c {
-				return soapgwPair{codec: c}, nil
+				return soapgwPair{codec: c, transport: f.transport, redundancy: f.redundancy}, nil
 			}
 		}
 		return nil, fmt.Errorf("configuration %q: unknown codec %q (known: %s)", name, c, strings.Join(SoapgwCodecs, ", "))
 	}
-	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
+	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> (TCP tunnel), soapgw-udp/<codec> (UDP tunnel), soapgw-udp-redundant/<codec>, with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
 }
 
 // directConfig: the client calls the server across the link, HTTP/1.0, a connection

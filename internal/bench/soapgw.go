@@ -18,17 +18,40 @@ import (
 )
 
 // soapgwPair runs the built soapgw binary twice: the edge in the client site, the origin
-// in the server site, one tunnel connection across the link.
-type soapgwPair struct{ codec string }
+// in the server site, one tunnel connection across the link (TCP, or UDP with transport
+// "udp").
+type soapgwPair struct {
+	codec      string
+	transport  string // "" (tcp) or "udp"
+	redundancy bool
+}
 
-func (c soapgwPair) Name() string { return "soapgw/" + c.codec }
+func (c soapgwPair) Name() string {
+	switch {
+	case c.redundancy:
+		return "soapgw-udp-redundant/" + c.codec
+	case c.transport == "udp":
+		return "soapgw-udp/" + c.codec
+	}
+	return "soapgw/" + c.codec
+}
+
 func (c soapgwPair) Describe() string {
-	return "soapgw edge beside the client, origin beside the server, one persistent tunnel, codec " + c.codec
+	d := "soapgw edge beside the client, origin beside the server, one persistent tunnel, codec " + c.codec
+	if c.transport == "udp" {
+		d = "soapgw edge beside the client, origin beside the server, one UDP (QUIC) tunnel connection, codec " + c.codec
+	}
+	if c.redundancy {
+		d += ", small messages sent twice (redundancy)"
+	}
+	return d
 }
 
 // SoapgwParams fill the generated soapgw configurations.
 type SoapgwParams struct {
 	Codec        string
+	Transport    string // "" leaves the edge peer's default (tcp)
+	Redundancy   bool
 	EdgeListen   string
 	EdgeAdmin    string
 	TunnelListen string
@@ -57,6 +80,12 @@ edge:
       address: {{.TunnelListen}}
       connections: 1
       codec: {{.Codec}}
+{{- if .Transport}}
+      transport: {{.Transport}}
+{{- end}}
+{{- if .Redundancy}}
+      redundancy: true
+{{- end}}
 {{- if .KeyFile}}
       auth: {key_file: {{.KeyFile}}}
 {{- end}}
@@ -114,6 +143,8 @@ func (c soapgwPair) Start(ctx context.Context, env *Env) (_ *Started, err error)
 	}
 	p := SoapgwParams{
 		Codec:        c.codec,
+		Transport:    c.transport,
+		Redundancy:   c.redundancy,
 		EdgeListen:   hostPort(env.Client.Addr(), ports[0]),
 		EdgeAdmin:    hostPort(env.Client.Addr(), ports[1]),
 		TunnelListen: hostPort(env.Server.Addr(), ports[2]),

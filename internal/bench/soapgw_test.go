@@ -30,10 +30,20 @@ func TestSoapgwConfigs(t *testing.T) {
 	require.Equal(t, map[string]any{"key_file": "/k/tunnel.key"}, og["auth"], "the tunnel is authenticated as deployed")
 	require.Equal(t, map[string]any{"key_file": "/k/tunnel.key"}, peer["auth"])
 
+	require.NotContains(t, peer, "transport", "tcp is the default")
+
 	p.OriginCodec = false
 	_, origin, err = SoapgwConfigs(p)
 	require.NoError(t, err)
 	require.NotContains(t, string(origin), "codec")
+
+	p.Transport, p.Redundancy = "udp", true
+	edge, _, err = SoapgwConfigs(p)
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(edge, &e))
+	peer = e["edge"].(map[string]any)["peers"].([]any)[0].(map[string]any)
+	require.Equal(t, "udp", peer["transport"])
+	require.Equal(t, true, peer["redundancy"])
 }
 
 func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
@@ -42,7 +52,8 @@ func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
 }
 
 func TestConfigByName(t *testing.T) {
-	for _, name := range append([]string{"direct", "nginx-pair"}, "soapgw/identity", "soapgw/zstd-stream", "soapgw/auto") {
+	for _, name := range append([]string{"direct", "nginx-pair"}, "soapgw/identity", "soapgw/zstd-stream", "soapgw/auto",
+		"soapgw-udp/token", "soapgw-udp-redundant/auto") {
 		c, err := ConfigByName(name)
 		require.NoError(t, err)
 		require.Equal(t, name, c.Name())
@@ -54,6 +65,8 @@ func TestConfigByName(t *testing.T) {
 	}
 	_, err := ConfigByName("soapgw/")
 	require.Error(t, err)
+	_, err = ConfigByName("soapgw-udp/brotli")
+	require.ErrorContains(t, err, `unknown codec "brotli"`)
 	_, err = ConfigByName("haproxy")
 	require.True(t, strings.Contains(err.Error(), "unknown configuration"))
 }
