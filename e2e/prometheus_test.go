@@ -228,17 +228,28 @@ func TestPrometheusDashboardAndAlerts(t *testing.T) {
 	startGateway(t, a.OriginAdmin, originYAML(a, srv.URL(), fmt.Sprintf("    - name: dead\n      url: %s\n      connect_timeout: 1s\n", deadURL)))
 	startGateway(t, a.EdgeAdmin, fmt.Sprintf(`node: e2e-edge
 admin:
-  listen: %s
+  listen: %[1]s
 edge:
   listeners:
     - name: soap
-      listen: %s
+      listen: %[2]s
   peers:
     - name: dc1
-      address: %s
+      address: %[3]s
       connections: 2
       keepalive_interval: 250ms
-      auth: {key_file: %s}
+      auth: {key_file: %[4]s}
+    - name: dc2
+      address: %[3]s
+      transport: udp
+      fallback: tcp
+      redundancy: true
+      keepalive_interval: 250ms
+      auth: {key_file: %[4]s}
+    - name: dc3
+      address: %[3]s
+      transport: udp
+      auth: {key_file: %[4]s}
   routes:
     - path_prefix: /svc/
       peer: dc1
@@ -246,6 +257,12 @@ edge:
     - path_prefix: /dead/
       peer: dc1
       upstream: dead
+    - path_prefix: /udp/
+      peer: dc2
+      upstream: svc
+    - path_prefix: /udp3/
+      peer: dc3
+      upstream: svc
 `, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile))
 
 	// Prometheus, configured from the example with this pair's admin listeners.
@@ -325,7 +342,8 @@ edge:
 	for _, r := range rules {
 		require.Contains(t, states, r.Alert, "rule not loaded by Prometheus")
 	}
-	for _, name := range []string{"SoapgwDown", "SoapgwTunnelDown", "SoapgwTunnelChecksumErrors", "SoapgwTunnelFlapping", "SoapgwEdgeLatencyHigh"} {
+	for _, name := range []string{"SoapgwDown", "SoapgwTunnelDown", "SoapgwTunnelChecksumErrors", "SoapgwTunnelFlapping", "SoapgwEdgeLatencyHigh",
+		"SoapgwUDPTunnelDown", "SoapgwUDPFallbackActive", "SoapgwUDPCodecNacks"} {
 		require.Equal(t, "inactive", states[name], name)
 	}
 	for _, name := range []string{"SoapgwOriginUpstreamErrors", "SoapgwGatewayErrorRatio"} {
@@ -441,6 +459,10 @@ func runMixedLoad(t *testing.T, edgeAddr string, d time.Duration) (sent, failed 
 					call(c, "/svc/Orders", "Reject", i)
 				case i%29 == 11:
 					call(c, "/svc/Orders", "Crash", i)
+				case i%5 == 1:
+					call(c, "/udp/Orders", ops[i%len(ops)], i) // UDP tunnel (fallback tcp, redundancy)
+				case i%7 == 2:
+					call(c, "/udp3/Orders", ops[i%len(ops)], i) // UDP tunnel
 				default:
 					call(c, "/svc/Orders", ops[(i*7+k)%len(ops)], i)
 				}

@@ -130,6 +130,11 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 	if name == nil {
 		name = defaultCodecName
 	}
+	for _, dir := range []string{"sent", "received"} {
+		if peer != "" { // "" is the origin's placeholder until HELLO names the edge
+			m.nacks.WithLabelValues(peer, dir) // the series exist at 0, for rate() and alerts
+		}
+	}
 	return &connMetrics{
 		m: m, peer: peer, name: name,
 		streams:  m.streams.WithLabelValues(peer),
