@@ -196,7 +196,7 @@ func (p *Peer) maintain() {
 	defer p.wg.Done()
 	backoff := p.cfg.BackoffMin
 	for p.ctx.Err() == nil {
-		c, tr, err := p.connect()
+		c, pc, err := p.connect()
 		if err != nil && p.ctx.Err() != nil {
 			return // shutting down
 		}
@@ -218,7 +218,7 @@ func (p *Peer) maintain() {
 		p.log.Info("udp tunnel connection up", "local", c.qc.LocalAddr(), "origin_node", c.peer.Node)
 		select {
 		case <-c.done():
-			p.retire(c, tr)
+			p.retire(c, pc)
 		case <-c.goAwayCh:
 			// The origin is draining: connect anew now (it may be a restarted origin
 			// behind the same address) and let this one finish its exchanges.
@@ -230,17 +230,17 @@ func (p *Peer) maintain() {
 				case <-c.done():
 				case <-p.ctx.Done():
 				}
-				p.retire(c, tr)
+				p.retire(c, pc)
 			}()
 		case <-p.ctx.Done():
-			p.retire(c, tr)
+			p.retire(c, pc)
 		}
 		backoff = p.cfg.BackoffMin
 	}
 }
 
 // retire closes c (if it is not closed yet), waits for its goroutines and drops it.
-func (p *Peer) retire(c *conn, tr *quicgo.Transport) {
+func (p *Peer) retire(c *conn, pc net.PacketConn) {
 	why := "edge shutting down"
 	if p.ctx.Err() == nil {
 		why = ""
@@ -248,8 +248,7 @@ func (p *Peer) retire(c *conn, tr *quicgo.Transport) {
 	c.close(closeNormal, why)
 	c.wait()
 	p.m.untrack(c)
-	_ = tr.Close()
-	_ = tr.Conn.Close() // the transport does not close a socket it was given
+	_ = pc.Close() // quic-go does not close a socket it was given
 	cause := context.Cause(c.qc.Context())
 	p.setConns(func(cs []*conn) []*conn {
 		for i, x := range cs {
@@ -265,7 +264,7 @@ func (p *Peer) retire(c *conn, tr *quicgo.Transport) {
 }
 
 // connect dials, authenticates on the control stream and exchanges HELLO.
-func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
+func (p *Peer) connect() (*conn, net.PacketConn, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)
 	defer cancel()
 	addr, err := net.ResolveUDPAddr("udp", p.cfg.Address)
@@ -276,14 +275,16 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("udp socket: %w", err)
 	}
-	tr := &quicgo.Transport{Conn: pc}
-	fail := func(err error) (*conn, *quicgo.Transport, error) {
-		_ = tr.Close()
+	fail := func(err error) (*conn, net.PacketConn, error) {
 		_ = pc.Close()
 		return nil, nil, err
 	}
 	qcfg := quicConfig(p.session, -1, p.cfg.DialTimeout, p.cfg.Redundancy)
-	qc, err := tr.Dial(ctx, addr, p.cfg.TLS(), qcfg)
+	// quic.Dial, not a Transport: one socket per connection lets the edge use zero-length
+	// connection ids, so the origin's packets carry none (4 bytes less per response). The
+	// origin still tells connections apart by its own ids, so a change of the edge's
+	// address (NAT rebinding) keeps working.
+	qc, err := quicgo.Dial(ctx, pc, addr, p.cfg.TLS(), qcfg)
 	if err != nil {
 		return fail(fmt.Errorf("dial %s: %w", p.cfg.Address, err))
 	}
@@ -321,7 +322,7 @@ func (p *Peer) connect() (*conn, *quicgo.Transport, error) {
 	c.wg.Add(1)
 	go c.readControl(br)
 	c.startCopies()
-	return c, tr, nil
+	return c, pc, nil
 }
 
 // helloAfterFirstWrite appends HELLO to the first write on the control stream.
