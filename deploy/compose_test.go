@@ -189,6 +189,9 @@ func (s *composeService) containerPorts(t *testing.T, name string, hostPorts map
 		ps[n] = true
 	}
 	for _, p := range s.Expose {
+		if _, udp := strings.CutSuffix(p, "/udp"); udp {
+			continue // the UDP tunnel beside the TCP one; ports here are TCP listeners
+		}
 		n, err := strconv.Atoi(p)
 		require.NoError(t, err, "service %s: expose %q", name, p)
 		ps[n] = true

@@ -275,6 +275,7 @@ func TestDockerfile(t *testing.T) {
 	copied := map[string]string{} // destination -> source (in the repository, or stage:path)
 	var user, entrypoint, cmd []string
 	var expose []int
+	var exposeUDP []string
 	for _, in := range runtime.ins {
 		switch in.cmd {
 		case "COPY":
@@ -303,6 +304,10 @@ func TestDockerfile(t *testing.T) {
 			cmd = jsonArgs(t, in)
 		case "EXPOSE":
 			for _, p := range strings.Fields(in.args) {
+				if port, ok := strings.CutSuffix(p, "/udp"); ok {
+					exposeUDP = append(exposeUDP, port)
+					continue
+				}
 				n, err := strconv.Atoi(strings.TrimSuffix(p, "/tcp"))
 				require.NoError(t, err, "line %d: EXPOSE %s", in.line, p)
 				expose = append(expose, n)
@@ -331,6 +336,7 @@ func TestDockerfile(t *testing.T) {
 		require.Contains(t, expose, p, "EXPOSE the default configuration's %s port", what)
 	}
 	require.ElementsMatch(t, []int{8080, 7070, 9100}, expose)
+	require.Equal(t, []string{"7070"}, exposeUDP, "the UDP tunnel listens on the tunnel port too (origin.udp_listen)")
 }
 
 // imageOwnedDirs returns the directories deploy/Dockerfile's runtime stage copies in with

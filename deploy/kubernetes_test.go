@@ -459,7 +459,7 @@ func checkObjects(t *testing.T, o *k8sObjects, image string) {
 				require.Empty(t, validation.IsValidPortName(p.Name), "%s: port name %q", cw, p.Name)
 				require.False(t, portNames[p.Name], "%s: duplicate port name", cw)
 				portNames[p.Name] = true
-				require.Equal(t, corev1.ProtocolTCP, p.Protocol, "%s: port %s: soapgw has no UDP transport yet (README.md)", cw, p.Name)
+				require.Equal(t, portProtocol(p.Name), p.Protocol, "%s: port %s: only tunnel-udp is UDP (README.md, UDP)", cw, p.Name)
 			}
 			for kind, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
 				checkProbePort(t, cw+" "+kind+"Probe", c, p)
@@ -718,7 +718,7 @@ func checkService(t *testing.T, o *k8sObjects, name string, svc *corev1.Service,
 		n++
 		for _, sp := range svc.Spec.Ports {
 			require.Empty(t, validation.IsValidPortName(sp.Name), where)
-			require.Equal(t, corev1.ProtocolTCP, sp.Protocol, "%s: port %s: TCP only (README.md, UDP)", where, sp.Name)
+			require.Equal(t, portProtocol(sp.Name), sp.Protocol, "%s: port %s: only tunnel-udp is UDP (README.md, UDP)", where, sp.Name)
 			var cs []*corev1.Container
 			if sp.TargetPort.Type == intstr.String {
 				for i := range d.Spec.Template.Spec.Containers {
@@ -824,4 +824,14 @@ func mustHost(t *testing.T, addr string) string {
 	h, _, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 	return h
+}
+
+// portProtocol is the protocol a port of these manifests must have: UDP for the origin's
+// UDP tunnel listener (origin.udp_listen, by default the tunnel's own address), TCP for
+// every other.
+func portProtocol(name string) corev1.Protocol {
+	if name == "tunnel-udp" {
+		return corev1.ProtocolUDP
+	}
+	return corev1.ProtocolTCP
 }
