@@ -489,7 +489,8 @@ func TestCodedResetWhileQueued(t *testing.T) {
 		}
 		res <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// c's message is queued behind the gate once it holds its retention reservation.
+	require.Eventually(t, func() bool { b, _ := c.retainedForTest(); return b > 0 }, 5*time.Second, time.Millisecond)
 	gate.resume()
 	require.NoError(t, <-res)
 	require.NoError(t, a.CloseWrite())
