@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -143,6 +144,13 @@ func respondingServer(s *Session, resp []byte, enc ...Encoding) {
 func codedRawServer(t *testing.T, scfg *Config, m *Metrics) (net.Conn, *Session, frameReader) {
 	t.Helper()
 	raw, conn := tcpPair(t)
+	return codedRawServerOn(t, raw, conn, scfg, m)
+}
+
+// codedRawServerOn is codedRawServer on a given connection pair (net.Pipe in a synctest
+// bubble, where time is fake and waits are exact).
+func codedRawServerOn(t *testing.T, raw, conn net.Conn, scfg *Config, m *Metrics) (net.Conn, *Session, frameReader) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ch := make(chan *Session, 1)
@@ -237,54 +245,58 @@ func TestCodedAckPiggybacksOnStart(t *testing.T) {
 // The sender keeps a coded message (and its stream) until the peer acknowledges it; with
 // the retention budget full, new messages go identity.
 func TestCodedRetentionAndLinger(t *testing.T) {
-	m := NewMetrics(nil)
-	scfg := codecConfig("origin", 4096)
-	scfg.CodecRetention = 4096
-	raw, s, r := codedRawServer(t, scfg, m)
-	resp := testMsg(3000, 1)
-	respondingServer(s, resp)
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMetrics(nil)
+		scfg := codecConfig("origin", 4096)
+		scfg.CodecRetention = 4096
+		rawConn, conn := net.Pipe()
+		raw, s, r := codedRawServerOn(t, rawConn, conn, scfg, m)
+		resp := testMsg(3000, 1)
+		respondingServer(s, resp)
 
-	_, err := raw.Write(wholeMessage(nil, 1, []byte("<req1/>")))
-	require.NoError(t, err)
-	pre, payload, crc, _ := r.message(1)
-	require.Equal(t, deltaID, pre.Codec)
-	require.Equal(t, uint64(1), pre.Epoch)
-	dec := &deltaDecoder{max: 1 << 20}
-	got, err := dec.Decode(nil, payload)
-	require.NoError(t, err)
-	require.Equal(t, resp, got)
-	require.Equal(t, crc32.Checksum(resp, castagnoli), crc)
+		_, err := raw.Write(wholeMessage(nil, 1, []byte("<req1/>")))
+		require.NoError(t, err)
+		pre, payload, crc, _ := r.message(1)
+		require.Equal(t, deltaID, pre.Codec)
+		require.Equal(t, uint64(1), pre.Epoch)
+		dec := &deltaDecoder{max: 1 << 20}
+		got, err := dec.Decode(nil, payload)
+		require.NoError(t, err)
+		require.Equal(t, resp, got)
+		require.Equal(t, crc32.Checksum(resp, castagnoli), crc)
 
-	// Both directions of stream 1 ended, but the response is not acknowledged.
-	time.Sleep(2 * ackDelay)
-	require.Equal(t, 1, s.NumStreams(), "the stream stays until its coded message is acknowledged")
-	b, n := s.retainedForTest()
-	require.Equal(t, 3000+retainOverhead, b)
-	require.Equal(t, 1, n)
-	require.Equal(t, float64(b), testutil.ToFloat64(m.retained.WithLabelValues("raw")))
+		// Both directions of stream 1 ended, but the response is not acknowledged. In the
+		// bubble the sleep is exact: every timer of the session that would fire by then has.
+		time.Sleep(2 * ackDelay)
+		require.Equal(t, 1, s.NumStreams(), "the stream stays until its coded message is acknowledged")
+		b, n := s.retainedForTest()
+		require.Equal(t, 3000+retainOverhead, b)
+		require.Equal(t, 1, n)
+		require.Equal(t, float64(b), testutil.ToFloat64(m.retained.WithLabelValues("raw")))
 
-	// The budget is full: the next response goes identity.
-	_, err = raw.Write(wholeMessage(nil, 3, []byte("<req2/>")))
-	require.NoError(t, err)
-	pre, payload, _, _ = r.message(3)
-	require.Equal(t, uint8(0), pre.Codec)
-	require.Equal(t, resp, payload)
-	require.Equal(t, 1.0, fallbacks(m, "raw", "retention_full"))
+		// The budget is full: the next response goes identity.
+		_, err = raw.Write(wholeMessage(nil, 3, []byte("<req2/>")))
+		require.NoError(t, err)
+		pre, payload, _, _ = r.message(3)
+		require.Equal(t, uint8(0), pre.Codec)
+		require.Equal(t, resp, payload)
+		require.Equal(t, 1.0, fallbacks(m, "raw", "retention_full"))
 
-	// The ack frees the budget and lets stream 1 go; coding resumes.
-	_, err = raw.Write(appendFrame(nil, frame.TypeCodecAck, 0, 0, frame.AppendCodecAck(nil, 1)))
-	require.NoError(t, err)
-	waitNoStreams(t, s)
-	b, n = s.retainedForTest()
-	require.Zero(t, b+n)
-	require.Zero(t, testutil.ToFloat64(m.retained.WithLabelValues("raw")))
-	_, err = raw.Write(wholeMessage(nil, 5, []byte("<req3/>")))
-	require.NoError(t, err)
-	pre, payload, _, _ = r.message(5)
-	require.Equal(t, deltaID, pre.Codec)
-	got, err = dec.Decode(nil, payload)
-	require.NoError(t, err)
-	require.Equal(t, resp, got)
+		// The ack frees the budget and lets stream 1 go; coding resumes.
+		_, err = raw.Write(appendFrame(nil, frame.TypeCodecAck, 0, 0, frame.AppendCodecAck(nil, 1)))
+		require.NoError(t, err)
+		waitNoStreams(t, s)
+		b, n = s.retainedForTest()
+		require.Zero(t, b+n)
+		require.Zero(t, testutil.ToFloat64(m.retained.WithLabelValues("raw")))
+		_, err = raw.Write(wholeMessage(nil, 5, []byte("<req3/>")))
+		require.NoError(t, err)
+		pre, payload, _, _ = r.message(5)
+		require.Equal(t, deltaID, pre.Codec)
+		got, err = dec.Decode(nil, payload)
+		require.NoError(t, err)
+		require.Equal(t, resp, got)
+	})
 }
 
 // A NACK makes the sender start a new epoch and resend the message as identity on the same
