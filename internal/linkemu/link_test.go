@@ -338,8 +338,10 @@ func udpRTT(t testing.TB, l *Link, cns, sns string, n int) time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.Close()
+	echoDone := make(chan struct{})
+	defer func() { pc.Close(); <-echoDone }()
 	go func() {
+		defer close(echoDone)
 		buf := make([]byte, 2048)
 		for {
 			m, from, err := pc.ReadFrom(buf)

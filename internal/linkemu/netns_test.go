@@ -92,8 +92,10 @@ func udpEcho(t testing.TB, l *Link) net.Addr {
 	if err != nil {
 		t.Fatalf("ListenPacket: %v", err)
 	}
-	t.Cleanup(func() { pc.Close() })
+	done := make(chan struct{})
+	t.Cleanup(func() { pc.Close(); <-done })
 	go func() {
+		defer close(done)
 		buf := make([]byte, 2048)
 		for {
 			n, from, err := pc.ReadFrom(buf)
@@ -115,14 +117,37 @@ func tcpEcho(t testing.TB, l *Link) net.Addr {
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	// Every goroutine ends with the test: the accept loop when the listener closes, each
+	// echo when its connection is closed here (a client that never closes would
+	// otherwise keep its copy goroutine, and goleak would say so).
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
 			go func() {
+				defer wg.Done()
 				defer c.Close()
 				_, _ = io.Copy(c, c)
 			}()
