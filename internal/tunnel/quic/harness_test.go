@@ -233,3 +233,40 @@ var (
 	_ = testutil.ToFloat64
 	_ sync.Mutex
 )
+
+// holdSecondHalf makes the next coded message of n raw bytes leave in two writes, holding
+// the second back (as a lost packet would) from when held closes until release is closed.
+func holdSecondHalf(t testing.TB, n int) (held, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(h head, msg []byte, w io.Writer) error {
+		if h.Codec == 0 || h.RawLen != uint64(n) {
+			_, err := w.Write(msg)
+			return err
+		}
+		if _, err := w.Write(msg[:len(msg)/2]); err != nil {
+			return err
+		}
+		once.Do(func() { close(held) })
+		<-release
+		_, err := w.Write(msg[len(msg)/2:])
+		return err
+	}
+	testWriteHook.Store(&hook)
+	t.Cleanup(func() { testWriteHook.Store(nil) })
+	return held, release
+}
+
+// callAsync runs one exchange in the background; its error (or a wrong echo) comes on
+// the channel.
+func (p *pair) callAsync(ctx context.Context, req []byte) chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := p.call(ctx, req)
+		if err == nil && !bytes.Equal(resp, append([]byte("echo:"), req...)) {
+			err = fmt.Errorf("the response to a %d-byte request is not its echo", len(req))
+		}
+		done <- err
+	}()
+	return done
+}

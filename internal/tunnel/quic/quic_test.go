@@ -3,7 +3,6 @@ package quic
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -95,32 +94,8 @@ func TestUDPLossSafeCache(t *testing.T) {
 		_ = st.CloseWrite()
 	})
 	a := soapMessage(1, 2000)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(h head, msg []byte, w io.Writer) error {
-		if h.Codec == 0 || h.RawLen != uint64(len(a)) {
-			_, err := w.Write(msg)
-			return err
-		}
-		if _, err := w.Write(msg[:len(msg)/2]); err != nil {
-			return err
-		}
-		once.Do(func() { close(held) })
-		<-release
-		_, err := w.Write(msg[len(msg)/2:])
-		return err
-	}
-	testWriteHook.Store(&hook)
-	t.Cleanup(func() { testWriteHook.Store(nil) })
-
-	aDone := make(chan error, 1)
-	go func() {
-		resp, err := p.call(ctx, a)
-		if err == nil && !bytes.Equal(resp, append([]byte("echo:"), a...)) {
-			err = errors.New("A's response is not A's echo")
-		}
-		aDone <- err
-	}()
+	held, release := holdSecondHalf(t, len(a))
+	aDone := p.callAsync(ctx, a)
 	<-held
 	busyBefore := p.counter(t, "soapgw_udp_codec_lane_busy_total", "peer", "origin")
 	b := soapMessage(2, 400)
@@ -219,46 +194,13 @@ func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
 	}
 	require.Equal(t, float64(autoWindowWide), window(), "no waits yet: wide")
 
-	// hold withholds the second half of the next request of size n until release closes.
-	hold := func(n int) (held, release chan struct{}) {
-		held, release = make(chan struct{}), make(chan struct{})
-		var once sync.Once
-		hook := func(h head, msg []byte, w io.Writer) error {
-			if h.Codec == 0 || h.RawLen != uint64(n) {
-				_, err := w.Write(msg)
-				return err
-			}
-			if _, err := w.Write(msg[:len(msg)/2]); err != nil {
-				return err
-			}
-			once.Do(func() { close(held) })
-			<-release
-			_, err := w.Write(msg[len(msg)/2:])
-			return err
-		}
-		testWriteHook.Store(&hook)
-		return held, release
-	}
-	t.Cleanup(func() { testWriteHook.Store(nil) })
-	callAsync := func(msg []byte) chan error {
-		done := make(chan error, 1)
-		go func() {
-			resp, err := p.call(ctx, msg)
-			if err == nil && !bytes.Equal(resp, append([]byte("echo:"), msg...)) {
-				err = errors.New("response mixed up")
-			}
-			done <- err
-		}()
-		return done
-	}
-
 	// Wide: B is coded on A's state and must wait for A's held-back half.
 	a := soapMessage(1, 2000)
-	held, release := hold(len(a))
-	aDone := callAsync(a)
+	held, release := holdSecondHalf(t, len(a))
+	aDone := p.callAsync(ctx, a)
 	<-held
 	waits := p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge")
-	bDone := callAsync(soapMessage(2, 400))
+	bDone := p.callAsync(ctx, soapMessage(2, 400))
 	require.Eventually(t, func() bool {
 		return p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge") > waits
 	}, 5*time.Second, time.Millisecond, "B waits for A at the origin")
@@ -270,8 +212,8 @@ func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
 
 	// Strict: C goes stateless and is answered while A2 is held.
 	a2 := soapMessage(3, 2100)
-	held, release = hold(len(a2))
-	a2Done := callAsync(a2)
+	held, release = holdSecondHalf(t, len(a2))
+	a2Done := p.callAsync(ctx, a2)
 	<-held
 	_, err := p.call(ctx, soapMessage(4, 400))
 	require.NoError(t, err, "C is not held up by A2")
