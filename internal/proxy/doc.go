@@ -1,7 +1,8 @@
 // Package proxy is the HTTP side of soapgw: the edge terminates HTTP/1.0 and HTTP/1.1
 // from unmodified SOAP clients, the origin calls the unmodified SOAP server. Between them
-// each exchange is one tunnel stream (package tunnel, reached through the Opener and
-// Stream interfaces defined here, so this package does not depend on it).
+// each exchange is one tunnel stream (package tunnel over TCP, or package tunnel/quic over
+// UDP, reached through the Opener and Stream interfaces defined here, so this package
+// depends on neither; cmd/soapgw picks one per peer).
 //
 // The path of one message, client socket to server socket and back:
 //
