@@ -86,6 +86,7 @@ type pairOptions struct {
 	plain    bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
 	window   int    // sequenced window, both sides
 	copies   bool   // redundancy on the edge
+	insecure bool   // insecure: true on both sides (encrypted, nobody verified)
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -99,9 +100,13 @@ func newPair(t testing.TB, o pairOptions) *pair {
 		edgeKeys, err = peerauth.ParseKeys("edge.key", []byte(o.edgeKey))
 		require.NoError(t, err)
 	}
-	auth, err := peerauth.NewServer(peerauth.ServerConfig{Keys: keys})
+	scfg, ccfg := peerauth.ServerConfig{Keys: keys}, peerauth.ClientConfig{Keys: edgeKeys}
+	if o.insecure {
+		scfg, ccfg = peerauth.ServerConfig{Insecure: true}, peerauth.ClientConfig{Insecure: true}
+	}
+	auth, err := peerauth.NewServer(scfg)
 	require.NoError(t, err)
-	client, err := peerauth.NewClient(peerauth.ClientConfig{Keys: edgeKeys})
+	client, err := peerauth.NewClient(ccfg)
 	require.NoError(t, err)
 
 	p := &pair{reg: prometheus.NewRegistry()}

@@ -147,7 +147,18 @@ func TestUDPAuthWrongKeyRefused(t *testing.T) {
 }
 
 func TestUDPNoCodecs(t *testing.T) {
-	p := newPair(t, pairOptions{})
+	testUDPEcho(t, newPair(t, pairOptions{}))
+}
+
+// TestUDPInsecure: insecure: true on both sides still works over QUIC (which encrypts
+// anyway); the origin counts the connection as ok without any proof.
+func TestUDPInsecure(t *testing.T) {
+	p := newPair(t, pairOptions{insecure: true, codecs: true})
+	testUDPEcho(t, p)
+	require.Equal(t, 1.0, p.counter(t, "soapgw_udp_handshakes_total", "result", "ok"))
+}
+
+func testUDPEcho(t *testing.T, p *pair) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := range 20 {
