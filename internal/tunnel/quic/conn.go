@@ -67,6 +67,7 @@ type conn struct {
 
 	enc    encLane
 	dec    decLane
+	heads  headTimes // arrival of sequenced heads, to tell loss from serialization
 	window windowPolicy
 
 	ackMu    sync.Mutex
@@ -443,7 +444,11 @@ func (c *conn) waitTurn(seq uint64) error {
 	defer func() {
 		d := time.Since(start)
 		c.m.decodeWaitSeconds.Add(d.Seconds())
-		if d >= longWait {
+		// A wait is loss recovery when the message before this one had not even begun
+		// to arrive for longWait: its first packet was lost. When it had begun, the wait
+		// was its later packets coming in behind other streams' (serialization on a slow
+		// link), which a strict window would not help.
+		if t0, ok := c.heads.at(seq - 1); d >= longWait && (!ok || t0.Sub(start) >= longWait) {
 			c.reportWait(d)
 		}
 	}()
@@ -464,6 +469,28 @@ func (c *conn) waitTurn(seq uint64) error {
 	return nil
 }
 
+// headTimes remembers when the heads of recent sequenced messages arrived.
+type headTimes struct {
+	mu  sync.Mutex
+	seq [128]uint64
+	t   [128]time.Time
+}
+
+func (h *headTimes) note(seq uint64) {
+	h.mu.Lock()
+	h.seq[seq%128], h.t[seq%128] = seq, time.Now()
+	h.mu.Unlock()
+}
+
+func (h *headTimes) at(seq uint64) (time.Time, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seq[seq%128] != seq {
+		return time.Time{}, false
+	}
+	return h.t[seq%128], true
+}
+
 // reportWait tells the sender that a message waited d for an earlier one (rate-limited),
 // so an auto window turns strict.
 func (c *conn) reportWait(d time.Duration) {
@@ -473,6 +500,7 @@ func (c *conn) reportWait(d time.Duration) {
 		return
 	}
 	// Sent by the ack timer's goroutine: not here, under the lane's lock.
+	c.m.waitedReports.Inc()
 	c.waitedPending.Store(uint64(max(d/time.Millisecond, 1)))
 	c.ackTimer.Reset(0)
 }

@@ -242,6 +242,15 @@ var (
 // holdSecondHalf makes the next coded message of n raw bytes leave in two writes, holding
 // the second back (as a lost packet would) from when held closes until release is closed.
 func holdSecondHalf(t testing.TB, n int) (held, release chan struct{}) {
+	return holdMessage(t, n, 2)
+}
+
+// holdWhole holds back the whole next coded message of n raw bytes, as the loss of a
+// one-packet message would, from when held closes until release is closed.
+func holdWhole(t testing.TB, n int) (held, release chan struct{}) { return holdMessage(t, n, 1) }
+
+// holdMessage sends the first (parts-1)/parts of the message and holds the rest.
+func holdMessage(t testing.TB, n, parts int) (held, release chan struct{}) {
 	held, release = make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	hook := func(h head, msg []byte, w io.Writer) error {
@@ -249,12 +258,15 @@ func holdSecondHalf(t testing.TB, n int) (held, release chan struct{}) {
 			_, err := w.Write(msg)
 			return err
 		}
-		if _, err := w.Write(msg[:len(msg)/2]); err != nil {
-			return err
+		cut := len(msg) * (parts - 1) / parts
+		if cut > 0 {
+			if _, err := w.Write(msg[:cut]); err != nil {
+				return err
+			}
 		}
 		once.Do(func() { close(held) })
 		<-release
-		_, err := w.Write(msg[len(msg)/2:])
+		_, err := w.Write(msg[cut:])
 		return err
 	}
 	testWriteHook.Store(&hook)

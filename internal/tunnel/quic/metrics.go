@@ -26,6 +26,7 @@ type Metrics struct {
 	waitSeconds *prometheus.CounterVec
 	window      *prometheus.GaugeVec
 	copies      *prometheus.CounterVec
+	waited      *prometheus.CounterVec
 
 	mu     sync.Mutex
 	live   map[*conn]*pathSnapshot
@@ -90,13 +91,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		copies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_udp_copies_total", Help: "Redundant DATAGRAM copies of small messages, by result: sent, skipped (the answer was in), too_large, sent_dropped (queue full); received: used (the copy beat its stream), late (the stream came first), early_start (origin: an exchange started from a copy before its stream), refused.",
 		}, []string{"peer", "result"}),
+		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_codec_waited_reports_total", Help: "WAITED notices sent: a sequenced message waited for an earlier one whose first packet came late (a loss), which turns the peer's auto window strict for 30 s.",
+		}, []string{"peer"}),
 		live:   map[*conn]*pathSnapshot{},
 		closed: map[string]*pathTotals{},
 	}
 	m.stats.m = m
 	if reg != nil {
 		reg.MustRegister(m.connections, m.streams, m.dials, m.handshakes, m.messages, m.raw, m.payload,
-			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, &m.stats)
+			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, m.waited, &m.stats)
 	}
 	return m
 }
@@ -113,6 +117,7 @@ type connMetrics struct {
 	decodeWaits       prometheus.Counter
 	decodeWaitSeconds prometheus.Counter
 	copies            *prometheus.CounterVec
+	waitedReports     prometheus.Counter
 	name              func(id uint8) string
 
 	mu    sync.Mutex
@@ -130,10 +135,13 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 	if name == nil {
 		name = defaultCodecName
 	}
+	if peer == "" {
+		// The origin's placeholder until HELLO names the edge: counted nowhere, so no
+		// series with an empty peer label appears.
+		m = unregistered
+	}
 	for _, dir := range []string{"sent", "received"} {
-		if peer != "" { // "" is the origin's placeholder until HELLO names the edge
-			m.nacks.WithLabelValues(peer, dir) // the series exist at 0, for rate() and alerts
-		}
+		m.nacks.WithLabelValues(peer, dir) // the series exist at 0, for rate() and alerts
 	}
 	return &connMetrics{
 		m: m, peer: peer, name: name,
@@ -144,9 +152,13 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 		decodeWaits:       m.waits.WithLabelValues(peer),
 		decodeWaitSeconds: m.waitSeconds.WithLabelValues(peer),
 		copies:            m.copies.MustCurryWith(prometheus.Labels{"peer": peer}),
+		waitedReports:     m.waited.WithLabelValues(peer),
 		nacks:             m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
 	}
 }
+
+// unregistered takes the counts of connections not yet named.
+var unregistered = NewMetrics(nil)
 
 var modeNames = [...]string{modeStateless: "stateless", modeSequenced: "sequenced", modeFresh: "fresh"}
 

@@ -205,9 +205,28 @@ func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
 	}
 	require.Equal(t, float64(autoWindowWide), window(), "no waits yet: wide")
 
-	// Wide: B is coded on A's state and must wait for A's held-back half.
+	// A message whose first part arrived and whose rest comes late (serialization behind
+	// other streams on a slow link) makes the next one wait, but that is no loss: wide.
+	slow := soapMessage(7, 2000)
+	held0, release0 := holdSecondHalf(t, len(slow))
+	slowDone := p.callAsync(ctx, slow)
+	<-held0
+	waits0 := p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge")
+	nextDone := p.callAsync(ctx, soapMessage(8, 400))
+	require.Eventually(t, func() bool {
+		return p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge") > waits0
+	}, 5*time.Second, time.Millisecond)
+	time.Sleep(longWait) // a wait as long as a loss recovery's
+	close(release0)
+	require.NoError(t, <-slowDone)
+	require.NoError(t, <-nextDone)
+	require.Zero(t, p.counter(t, "soapgw_udp_codec_waited_reports_total", "peer", "edge"), "a late tail is serialization, not loss: no WAITED")
+	require.Equal(t, float64(autoWindowWide), window())
+
+	// Wide: B is coded on A's state and must wait for A, held back whole (as a lost
+	// one-packet message would be).
 	a := soapMessage(1, 2000)
-	held, release := holdSecondHalf(t, len(a))
+	held, release := holdWhole(t, len(a))
 	aDone := p.callAsync(ctx, a)
 	<-held
 	waits := p.counter(t, "soapgw_udp_codec_decode_waits_total", "peer", "edge")
@@ -219,6 +238,7 @@ func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
 	close(release)
 	require.NoError(t, <-aDone)
 	require.NoError(t, <-bDone)
+	require.Equal(t, 1.0, p.counter(t, "soapgw_udp_codec_waited_reports_total", "peer", "edge"), "a late first packet is a loss: WAITED")
 	require.Eventually(t, func() bool { return window() == 1 }, 5*time.Second, time.Millisecond, "WAITED made the window strict")
 
 	// Strict: C goes stateless and is answered while A2 is held.

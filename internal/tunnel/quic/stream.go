@@ -285,6 +285,9 @@ func (st *Stream) readMessageHeadLocked() error {
 				}
 				return nil
 			}
+			if h.sequenced() {
+				st.c.heads.note(h.Seq)
+			}
 			return st.readCoded(h, b[hn:], err == io.EOF)
 		}
 		if !errors.Is(perr, errShortHead) {
@@ -382,6 +385,9 @@ func (st *Stream) deliverCopy(m []byte) error {
 		st.rcount = len(m) - hn
 		st.c.m.message("received", 0, modeStateless, st.rcount, st.rcount)
 		return nil
+	}
+	if h.sequenced() {
+		st.c.heads.note(h.Seq)
 	}
 	return st.readCoded(h, m[hn:], true)
 }
