@@ -348,6 +348,8 @@ func TestUDPAddressChange(t *testing.T) {
 	origin := startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), ""))
 	relay := startUDPRelay(t, a.Tunnel, 0, 0, 0, false)
 	edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, relay.Addr(), ""))
+	// Ready means one connection is up; the peer keeps two (connections: 2).
+	require.Eventually(t, func() bool { return metricSum(t, edge.admin, "soapgw_udp_connections") == 2 }, 10*time.Second, 10*time.Millisecond)
 	dials := metricSum(t, edge.admin, "soapgw_udp_dials_total", "result=ok")
 
 	failed := udpCalls(t, a.Edge, traffic, 0, 300, func(i int) {
