@@ -304,6 +304,9 @@ func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs
 	case p.Transport == config.TransportUDP && p.Fallback == config.TransportTCP:
 		fb := &fallbackPeer{name: p.Name, udp: udpPeer{g.startUDPPeer(ctx, p, cs, enc, auth)}, tcp: tcpPeer{g.startTCPPeer(ctx, p, cs, enc, auth, socks, tm)},
 			active: g.transports.active, switches: g.transports.switches, log: g.log.With("role", "edge")}
+		for _, to := range config.Transports {
+			g.transports.switches.WithLabelValues(p.Name, to) // the series exist at 0, for increase() and the dashboard
+		}
 		fb.note(config.TransportUDP)
 		peer = fb
 	case p.Transport == config.TransportUDP:
