@@ -134,3 +134,28 @@ drain_timeout: 15s
 func exampleKey(t *testing.T) {
 	t.Setenv("SOAPGW_KEY_FILE", testKeyFile)
 }
+
+// TestExamplesShowUDPTunnel: the examples show a UDP peer with the TCP fallback, and an
+// origin whose UDP listener defaults to its tunnel address (docs/operations.md, "UDP tunnel").
+func TestExamplesShowUDPTunnel(t *testing.T) {
+	exampleKey(t)
+	edge, err := Load(filepath.Join(examplesDir, "edge.yaml"))
+	require.NoError(t, err)
+	var udp *Peer
+	for i, p := range edge.Edge.Peers {
+		if p.Transport == TransportUDP {
+			udp = &edge.Edge.Peers[i]
+		}
+	}
+	require.NotNil(t, udp, "edge.yaml: a peer with transport: udp")
+	require.Equal(t, TransportTCP, udp.Fallback)
+	routed := false
+	for _, r := range edge.Edge.Routes {
+		routed = routed || r.Peer == udp.Name
+	}
+	require.True(t, routed, "edge.yaml: a route to the UDP peer %s", udp.Name)
+
+	origin, err := Load(filepath.Join(examplesDir, "origin.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, origin.Origin.Listen, origin.Origin.UDPAddress(), "origin.yaml: udp_listen defaults to listen")
+}
