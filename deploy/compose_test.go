@@ -306,6 +306,12 @@ func TestDockerCompose(t *testing.T) {
 				listens[name][p] = true
 				require.True(t, published[p], "service %s: %s port %d of %s is neither published nor exposed", name, what, p, src)
 			}
+			if cfg.Origin != nil && cfg.Origin.UDPAddress() != "" {
+				// The UDP tunnel listener (origin.udp_listen, by default the tunnel's own
+				// address) must be reachable over UDP too.
+				udp := fmt.Sprintf("%d/udp", port(t, cfg.Origin.UDPAddress()))
+				require.Contains(t, s.Expose, udp, "service %s: expose the UDP tunnel port of %s", name, src)
+			}
 		case "example-server":
 			l, ok := flagValue(s.Command, "listen")
 			require.True(t, ok, "service %s: --listen", name)

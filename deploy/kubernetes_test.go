@@ -554,6 +554,11 @@ func checkObjects(t *testing.T, o *k8sObjects, image string) {
 			tunnel, ok := findPort(c, intstr.FromString("tunnel"))
 			require.True(t, ok, "%s: port named tunnel", cw)
 			require.Equal(t, ports["origin"], int(tunnel.ContainerPort), "%s: port tunnel vs origin.listen", cw)
+			if udp := cfg.Origin.UDPAddress(); udp != "" {
+				tu, ok := findPort(c, intstr.FromString("tunnel-udp"))
+				require.True(t, ok, "%s: port named tunnel-udp: the origin's UDP tunnel listener (origin.udp_listen %q)", cw, udp)
+				require.Equal(t, port(t, udp), int(tu.ContainerPort), "%s: port tunnel-udp vs origin.udp_listen", cw)
+			}
 			require.False(t, gw.sidecar, "%s: an origin must not be a native sidecar: those stop after the server, which it needs while draining", cw)
 			for _, u := range cfg.Origin.Upstreams {
 				pu, err := url.Parse(u.URL)
@@ -593,26 +598,42 @@ func checkObjects(t *testing.T, o *k8sObjects, image string) {
 				svcName, _, _ := strings.Cut(host, ".")
 				svc, ok := o.services[svcName]
 				require.True(t, ok, "%s: peer %s address %s: no Service %s", gw.pod, p.Name, p.Address, svcName)
-				var sp *corev1.ServicePort
-				for i := range svc.Spec.Ports {
-					if fmt.Sprint(svc.Spec.Ports[i].Port) == portStr {
-						sp = &svc.Spec.Ports[i]
+				// The transports the peer dials: TCP, UDP, or UDP with the TCP fallback.
+				protocols := []corev1.Protocol{corev1.ProtocolTCP}
+				if p.Transport == config.TransportUDP {
+					protocols = []corev1.Protocol{corev1.ProtocolUDP}
+					if p.Fallback == config.TransportTCP {
+						protocols = append(protocols, corev1.ProtocolTCP)
 					}
 				}
-				require.NotNil(t, sp, "%s: peer %s: Service %s has no port %s", gw.pod, p.Name, svcName, portStr)
-				n := 0
-				for dn, d := range o.deployments {
-					if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
-						continue
+				for _, proto := range protocols {
+					var sp *corev1.ServicePort
+					for i := range svc.Spec.Ports {
+						if fmt.Sprint(svc.Spec.Ports[i].Port) == portStr && svc.Spec.Ports[i].Protocol == proto {
+							sp = &svc.Spec.Ports[i]
+						}
 					}
-					n++
-					origins := gateways[dn]
-					require.True(t, len(origins) == 1 && origins[0].cfg.Origin != nil, "Service %s selects %s, which runs no origin", svcName, dn)
-					cp, ok := findPort(origins[0].container, sp.TargetPort)
-					require.True(t, ok, "Service %s port %s: target %s is not a port of %s's origin", svcName, sp.Name, sp.TargetPort.String(), dn)
-					require.Equal(t, listenPorts(t, origins[0].cfg)["origin"], int(cp.ContainerPort), "Service %s: target port vs origin.listen of %s", svcName, dn)
+					require.NotNil(t, sp, "%s: peer %s (transport %s): Service %s has no %s port %s", gw.pod, p.Name, p.Transport, svcName, proto, portStr)
+					n := 0
+					for dn, d := range o.deployments {
+						if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+							continue
+						}
+						n++
+						origins := gateways[dn]
+						require.True(t, len(origins) == 1 && origins[0].cfg.Origin != nil, "Service %s selects %s, which runs no origin", svcName, dn)
+						cp, ok := findPort(origins[0].container, sp.TargetPort)
+						require.True(t, ok, "Service %s port %s: target %s is not a port of %s's origin", svcName, sp.Name, sp.TargetPort.String(), dn)
+						require.Equal(t, proto, cp.Protocol, "Service %s port %s: target %s of %s", svcName, sp.Name, sp.TargetPort.String(), dn)
+						listen := origins[0].cfg.Origin.Listen
+						if proto == corev1.ProtocolUDP {
+							listen = origins[0].cfg.Origin.UDPAddress()
+							require.NotEmpty(t, listen, "%s: peer %s has transport udp, but the origin of %s has udp_listen: off", gw.pod, p.Name, dn)
+						}
+						require.Equal(t, port(t, listen), int(cp.ContainerPort), "Service %s: %s target port vs the origin's listener of %s", svcName, proto, dn)
+					}
+					require.NotZero(t, n, "Service %s selects no Deployment", svcName)
 				}
-				require.NotZero(t, n, "Service %s selects no Deployment", svcName)
 			}
 		}
 	}
