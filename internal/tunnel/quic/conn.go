@@ -668,7 +668,7 @@ func (c *conn) wait() {
 // ctxErr maps a connection context's cause to an error for callers.
 func (c *conn) err() error {
 	if err := context.Cause(c.qc.Context()); err != nil {
-		return err
+		return connLost(err)
 	}
 	return nil
 }

@@ -46,15 +46,26 @@ func testCodecs(t testing.TB) []tunnel.MessageCodec {
 	return out
 }
 
-// filterConn is a UDP socket whose outgoing packets a test may drop.
+// filterConn is a UDP socket whose outgoing packets a test may drop; dark drops every
+// packet both ways (a path that stopped carrying UDP).
 type filterConn struct {
 	net.PacketConn
 	drop    atomic.Pointer[func(p []byte) bool]
 	dropped atomic.Int64
+	dark    atomic.Bool
+}
+
+func (f *filterConn) ReadFrom(p []byte) (int, net.Addr, error) {
+	for {
+		n, addr, err := f.PacketConn.ReadFrom(p)
+		if err != nil || !f.dark.Load() {
+			return n, addr, err
+		}
+	}
 }
 
 func (f *filterConn) WriteTo(p []byte, addr net.Addr) (int, error) {
-	if d := f.drop.Load(); d != nil && (*d)(p) {
+	if d := f.drop.Load(); f.dark.Load() || d != nil && (*d)(p) {
 		f.dropped.Add(1)
 		return len(p), nil
 	}
@@ -87,6 +98,9 @@ type pairOptions struct {
 	window   int    // sequenced window, both sides
 	copies   bool   // redundancy on the edge
 	insecure bool   // insecure: true on both sides (encrypted, nobody verified)
+	// keepalive is both sides' keepalive interval and timeout (default 2 s); the QUIC
+	// idle timeout is the interval plus max(timeout, 1 s).
+	keepalive time.Duration
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -111,8 +125,12 @@ func newPair(t testing.TB, o pairOptions) *pair {
 
 	p := &pair{reg: prometheus.NewRegistry()}
 	m := NewMetrics(p.reg)
-	sess := &tunnel.Config{Node: "origin", KeepaliveInterval: 2 * time.Second, KeepaliveTimeout: 2 * time.Second}
-	esess := &tunnel.Config{Node: "edge", KeepaliveInterval: 2 * time.Second, KeepaliveTimeout: 2 * time.Second}
+	ka := o.keepalive
+	if ka == 0 {
+		ka = 2 * time.Second
+	}
+	sess := &tunnel.Config{Node: "origin", KeepaliveInterval: ka, KeepaliveTimeout: ka}
+	esess := &tunnel.Config{Node: "edge", KeepaliveInterval: ka, KeepaliveTimeout: ka}
 	if o.codecs {
 		sess.Codecs, esess.Codecs = testCodecs(t), testCodecs(t)
 		enc := o.encoding

@@ -3,6 +3,7 @@ package quic
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -189,6 +190,26 @@ func TestUDPNotSentIsRetryable(t *testing.T) {
 	var r interface{ Retryable() bool }
 	require.ErrorAs(t, err, &r)
 	require.True(t, r.Retryable(), "%v", err)
+}
+
+// TestUDPPathDarkIsConnectionLost: when the path stops carrying packets mid-exchange, the
+// exchange fails once the idle timeout passes with the keepalive timeout error the TCP
+// tunnel gives, not with a net.Error timeout: a caller must not take a lost connection
+// for the exchange's own deadline (the edge answered 504 "no response within 1m0s" after
+// 1.5 s).
+func TestUDPPathDarkIsConnectionLost(t *testing.T) {
+	p := newPair(t, pairOptions{codecs: true, keepalive: 500 * time.Millisecond}) // idle timeout 1.5 s
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := p.call(ctx, soapMessage(1, 300))
+	require.NoError(t, err)
+	p.edgeSock.Load().dark.Store(true)
+	start := time.Now()
+	_, err = p.call(ctx, soapMessage(2, 300))
+	require.ErrorIs(t, err, tunnel.ErrKeepaliveTimeout)
+	var timeout interface{ Timeout() bool }
+	require.False(t, errors.As(err, &timeout) && timeout.Timeout(), "a lost connection is not an exchange timeout: %v", err)
+	require.Less(t, time.Since(start), 10*time.Second, "the idle timeout, not the call's deadline, ended it")
 }
 
 // TestUDPAutoWindowNarrowsUnderLoss: the default (auto) sequenced window is wide while no

@@ -520,5 +520,19 @@ func (st *Stream) mapErr(err error) error {
 	if errors.As(err, &se) {
 		return &resetError{code: se.ErrorCode, remote: se.Remote, err: nil}
 	}
+	return connLost(err)
+}
+
+// connLost reports quic-go's idle timeout (nothing heard from the peer for the idle
+// timeout: the path went dark) as the TCP tunnel reports its keepalive timeout: the
+// connection is lost. quic-go's error is a net.Error with Timeout() true, which callers
+// take for the exchange's own deadline (the edge answered 504 "no response within" its
+// exchange timeout, long before that timeout). The quic-go error stays in the text, not
+// in the chain, so nothing finds its Timeout method.
+func connLost(err error) error {
+	var idle *quicgo.IdleTimeoutError
+	if errors.As(err, &idle) {
+		return fmt.Errorf("%w: %v", tunnel.ErrKeepaliveTimeout, err)
+	}
 	return err
 }
