@@ -1,0 +1,112 @@
+package e2e
+
+// The UDP path goes dark under a running tunnel (a firewall starts dropping UDP, or the
+// edge moves onto a network that does): with fallback tcp the traffic moves to the TCP
+// tunnel once the UDP connections' idle timeout says they are gone.
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUDPGoesDarkFallsBackToTCP: a peer on UDP with fallback tcp whose UDP path stops
+// carrying packets mid-run. Only the calls in flight on a UDP connection when it went
+// dark fail (at most one per connection with one client), each with a 502 "tunnel lost"
+// after the idle timeout (keepalive_interval + keepalive_timeout), not a hang and not a
+// 504 claiming the exchange timeout passed; every later call succeeds over TCP, and the
+// server executed exactly the calls that succeeded.
+func TestUDPGoesDarkFallsBackToTCP(t *testing.T) {
+	t.Parallel()
+	traffic := codecTraffic(t, 8)
+	up := codecUpstream(t, traffic)
+	a := newPairAddrs(t)
+	startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), ""))
+	relay := startUDPRelay(t, a.Tunnel, 0, 0, 0, true)
+	const idle = 2 * time.Second // keepalive_interval + keepalive_timeout
+	edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, relay.Addr(), "\n      fallback: tcp\n      dial_timeout: 1s\n      keepalive_interval: 1s\n      keepalive_timeout: 1s"))
+	require.Eventually(t, func() bool { return metricSum(t, edge.admin, "soapgw_udp_connections") == 2 }, 10*time.Second, 10*time.Millisecond)
+
+	c, err := net.DialTimeout("tcp", a.Edge, 5*time.Second)
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	br := bufio.NewReader(c)
+	call := 0
+	next := func() (status int, body string, err error) {
+		x := traffic[call%len(traffic)]
+		req := fmt.Appendf(nil, "POST /svc/%s HTTP/1.1\r\nHost: %s\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:%s\"\r\nX-Call: %d\r\nContent-Length: %d\r\n\r\n%s",
+			x.family, a.Edge, x.name, call%len(traffic), len(x.req), x.req)
+		call++
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			return 0, "", err
+		}
+		r, err := frReadResponse(br)
+		if err != nil {
+			return 0, "", err
+		}
+		if r.Status == 200 && string(r.Body) != string(x.resp) {
+			return 0, "", fmt.Errorf("call %d: response differs", call-1)
+		}
+		return r.Status, string(r.Body), nil
+	}
+	for range 10 {
+		status, body, err := next()
+		require.NoError(t, err)
+		require.Equal(t, 200, status, body)
+	}
+	require.Equal(t, 1.0, metricSum(t, edge.admin, "soapgw_tunnel_transport_active", "peer=dc1", "transport=udp"))
+	require.Equal(t, 10.0, metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent"), "the calls went over UDP")
+
+	relay.blocked.Store(true)
+	dark := time.Now()
+	ok, failed := 10, 0
+	for metricSum(t, edge.admin, "soapgw_tunnel_transport_active", "peer=dc1", "transport=tcp") != 1 {
+		require.Less(t, time.Since(dark), 3*idle+5*time.Second, "traffic did not move to TCP")
+		start := time.Now()
+		status, body, err := next()
+		require.NoError(t, err)
+		took := time.Since(start)
+		t.Logf("call %d after %v dark: %d in %v", call-1, start.Sub(dark).Round(time.Millisecond), status, took.Round(time.Millisecond))
+		if status == 200 {
+			ok++
+			continue
+		}
+		failed++
+		// The edge may close the client's connection after a gateway error: reconnect.
+		_ = c.Close()
+		c, err = net.DialTimeout("tcp", a.Edge, 5*time.Second)
+		require.NoError(t, err)
+		br = bufio.NewReader(c)
+		require.Equal(t, 502, status, "a lost tunnel connection is not an exchange timeout: %s", body)
+		require.Contains(t, body, "tunnel_lost")
+		require.Less(t, took, idle+3*time.Second, "the call failed at the idle timeout")
+	}
+	require.LessOrEqual(t, failed, 2, "only the calls in flight on the two UDP connections fail")
+	t.Logf("UDP dark: %d calls failed, traffic on TCP after %v", failed, time.Since(dark).Round(time.Millisecond))
+
+	tcpBefore := metricSum(t, edge.admin, "soapgw_tunnel_codec_messages_total", "direction=sent")
+	for range 20 {
+		status, body, err := next()
+		require.NoError(t, err)
+		require.Equal(t, 200, status, body)
+		ok++
+	}
+	require.Equal(t, tcpBefore+20, metricSum(t, edge.admin, "soapgw_tunnel_codec_messages_total", "direction=sent"), "the calls went over TCP")
+	require.Zero(t, metricSum(t, edge.admin, "soapgw_udp_connections"))
+	require.Equal(t, 1.0, metricSum(t, edge.admin, "soapgw_tunnel_transport_switches_total", "to=tcp"))
+
+	executed := map[string]int{}
+	for _, r := range up.Requests() {
+		executed[r.Header("X-Call")]++
+	}
+	total := 0
+	for _, n := range executed {
+		total += n
+	}
+	require.Equal(t, ok, total, "the server executed exactly the calls that succeeded (the failed ones never reached it)")
+}
