@@ -75,9 +75,16 @@ func TestZeepThroughPair(t *testing.T) {
 	port := zpStartServer(t)
 	serverURL := "http://127.0.0.1:" + port
 	a, _, _ := startPair(t, serverURL)
+	zpConformance(t, serverURL, a.Edge)
+}
 
+// zpConformance runs the zeep client direct against spyne at serverURL and through the
+// edge at edgeAddr, checks that the direct run exercised what the conformance sequence
+// claims, and that both outputs are identical byte for byte.
+func zpConformance(t *testing.T, serverURL, edgeAddr string) {
+	t.Helper()
 	direct := zpRunClient(t, serverURL+"/?wsdl")
-	viaGW := zpRunClient(t, "http://"+a.Edge+"/?wsdl")
+	viaGW := zpRunClient(t, "http://"+edgeAddr+"/?wsdl")
 
 	// The direct run must itself exercise what the test claims, or equal outputs prove
 	// nothing.
