@@ -101,6 +101,7 @@ type conn struct {
 	goAwayCh  chan struct{} // closed when the peer sends GOAWAY
 	goAwayOne sync.Once
 	streams   atomic.Int64
+	progress  atomic.Uint64  // reads that returned bytes of an exchange (nudge.go)
 	wg        sync.WaitGroup // control reader, drains
 	wgMu      sync.Mutex     // orders wg.Add of drains before wait
 	closing   bool           // guarded by wgMu: no more drains
@@ -580,6 +581,7 @@ func (c *conn) readControl(br *bufio.Reader) {
 			}
 		case ctrlWaited:
 			c.window.waited()
+		case ctrlPing: // its packet did the work: it came from the edge's current address
 		case ctrlGoAway:
 			c.goingAway.Store(true)
 			c.goAwayOne.Do(func() { close(c.goAwayCh) })

@@ -322,6 +322,7 @@ func (p *Peer) connect() (*conn, net.PacketConn, error) {
 	c.wg.Add(1)
 	go c.readControl(br)
 	c.startCopies()
+	c.startNudge()
 	return c, pc, nil
 }
 

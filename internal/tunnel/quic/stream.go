@@ -317,6 +317,9 @@ var errCopyArrived = errors.New("copy arrived")
 func (st *Stream) readQS(p []byte) (int, error) {
 	for {
 		n, err := st.qs.Read(p)
+		if n > 0 {
+			st.c.progress.Add(1)
+		}
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}

@@ -138,6 +138,7 @@ const (
 	ctrlNack   = 2 // uvarint seq: the sequenced message seq could not be decoded
 	ctrlGoAway = 3 // UTF-8 reason: no new exchanges on this connection
 	ctrlWaited = 4 // uvarint ms: a sequenced message waited that long for an earlier one
+	ctrlPing   = 5 // empty: the edge hears nothing while it waits for responses (nudge.go)
 )
 
 // maxCtrlPayload bounds a control frame's payload.
