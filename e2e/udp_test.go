@@ -399,7 +399,8 @@ func TestUDPBlockedFallsBackToTCP(t *testing.T) {
 // as bad_key and serves nothing.
 func TestUDPAuthWrongKey(t *testing.T) {
 	t.Parallel()
-	up := codecUpstream(t, nil)
+	traffic := codecTraffic(t, 1)
+	up := codecUpstream(t, traffic)
 	a := newPairAddrs(t)
 	origin := startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), ""))
 	key, err := peerauth.GenerateKey()
@@ -418,6 +419,7 @@ func TestUDPAuthWrongKey(t *testing.T) {
 	}
 	code, _ := httpGet("http://" + a.EdgeAdmin + "/readyz")
 	require.Equal(t, 503, code, "the edge is not ready without a tunnel")
+	require.Equal(t, 3, udpCalls(t, a.Edge, traffic, 0, 3, nil), "no call gets through")
 	require.Zero(t, metricSum(t, origin.admin, "soapgw_udp_handshakes_total", "result=ok"))
 	require.Empty(t, up.Requests())
 	require.Regexp(t, `refused this edge's key|bad_key`, edge.out.String())
