@@ -1,4 +1,4 @@
-// Package netsim emulates a slow TCP path inside one process, so that the
+// Package netsim emulates a slow TCP or UDP path inside one process, so that the
 // demo and the tests can show what soapgw is for (hiding round trips and
 // bytes on a high-latency link) without root, tc/netem or a second machine.
 //
@@ -53,4 +53,23 @@
 //
 // Both legs set TCP_NODELAY, so the emulation adds no Nagle delay of its
 // own; what the endpoints do with Nagle is theirs.
+//
+// A [UDPLink] is the datagram counterpart, for the UDP (QUIC) tunnel: a relay
+// on 127.0.0.1:0 that gives each client address its own socket towards the
+// target (as a NAT would) and shapes every datagram on its own, since a
+// datagram path can lose what a TCP relay cannot:
+//
+//	client --> [down socket] --reader--> admit ---> FIFO --scheduler--> [ups[client]] --> target
+//	                                     drop?      (4096   sleep until
+//	                                     stamp due  datagrams) due, send
+//
+// and back through the same sockets. admit applies, in a router's order, a
+// tail drop when the backlog waiting for the wire exceeds
+// [UDPLinkConfig.QueueBytes], serialization at [UDPLinkConfig.Bandwidth]
+// (payload plus 28 bytes of IPv4 and UDP headers), random loss
+// ([UDPLinkConfig.Loss], each direction on its own), then Delay ± Jitter.
+// Jitter never reorders (a datagram is never due before the one ahead of it),
+// so the FIFO stays sorted. Losses and jitter come from a seeded generator per
+// direction: the same seed and datagrams give the same fates. [LinkStats]
+// counts datagrams delivered and their UDP payload bytes, and Dropped.
 package netsim
