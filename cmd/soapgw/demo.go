@@ -42,7 +42,12 @@ et al.: 652-byte requests, 464-byte responses), an origin and an edge gateway, a
 emulated link with the given round-trip time between the edge and everything behind it.
 It then makes the same calls twice with an HTTP/1.0 client that opens a TCP connection per
 call, as legacy SOAP stacks do: once directly across the link, once through the gateways,
-and prints latency and the bytes that crossed the link.`,
+and prints latency and the bytes that crossed the link.
+
+With --transport udp the gateways' tunnel is the UDP one (QUIC), across an emulated
+datagram link with the same round-trip time that also loses --loss of the datagrams in
+each direction (1 % by default); --redundancy sends small messages twice. The direct path
+stays TCP and lossless.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.calls < 1 || o.concurrency < 1 || o.rtt < 0 {

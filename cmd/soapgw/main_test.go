@@ -84,17 +84,29 @@ func TestDemoRunsAndChecksResponses(t *testing.T) {
 }
 
 // TestDemoOverUDP: `demo --transport udp` runs the same calls over the UDP tunnel across a
-// lossy emulated link and prints the same table.
+// lossy emulated link and prints the same table, with and without redundancy.
 func TestDemoOverUDP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("demo runs real calls")
 	}
-	code, out, stderr := runCLI(t, "demo", "--transport", "udp", "--loss", "0.02", "--redundancy", "--calls", "40", "--rtt", "4ms")
-	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, out, "direct (HTTP/1.0, connection per call)")
-	require.Contains(t, out, "soapgw pair (UDP tunnel, auto, redundancy, 2.0% loss)")
-	require.Contains(t, out, "every response checked byte for byte")
-	require.Regexp(t, `soapgw pair \(UDP[^\n]*\s40\s+\S+\s+\S+\s+\S+\s+0\s`, out, "one persistent connection, none per call")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"default loss", nil, "soapgw pair (UDP tunnel, auto, 1.0% loss)"},
+		{"redundancy", []string{"--loss", "0.02", "--redundancy"}, "soapgw pair (UDP tunnel, auto, redundancy, 2.0% loss)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := runCLI(t, append([]string{"demo", "--transport", "udp", "--calls", "40", "--rtt", "4ms"}, tc.args...)...)
+			require.Equal(t, exitOK, code, stderr)
+			require.Contains(t, out, "direct (HTTP/1.0, connection per call)")
+			require.Contains(t, out, tc.want)
+			require.Contains(t, out, "every response checked byte for byte")
+			require.Contains(t, out, "UDP payload, QUIC packets whole, for the tunnel")
+			require.Regexp(t, `soapgw pair \(UDP[^\n]*\s40\s+\S+\s+\S+\s+\S+\s+0\s`, out, "one persistent connection, none per call")
+		})
+	}
 }
 
 // Regression: a start-up failure after the configuration loaded (here: the edge's port is
