@@ -167,7 +167,7 @@ func listBench(out io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Source, s.Description)
 	}
 	fmt.Fprintln(tw, "\nCONFIGURATION\t\tDESCRIPTION")
-	for _, name := range append([]string{"direct", "nginx-pair"}, prefixed("soapgw/", bench.SoapgwCodecs)...) {
+	for _, name := range bench.ConfigNames() {
 		c, err := bench.ConfigByName(name)
 		if err != nil {
 			return err
@@ -178,14 +178,6 @@ func listBench(out io.Writer) error {
 		fmt.Fprintln(tw, "\n(no link emulator in this build: only the loopback profile can run)")
 	}
 	return tw.Flush()
-}
-
-func prefixed(p string, xs []string) []string {
-	out := make([]string, len(xs))
-	for i, x := range xs {
-		out[i] = p + x
-	}
-	return out
 }
 
 func runBench(cmd *cobra.Command, g *globalOptions, o *benchOptions, opts bench.Options) error {

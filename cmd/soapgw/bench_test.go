@@ -10,10 +10,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/bench"
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // benchChildVar makes the test binary act as soapgw: bench starts it as the gateway
@@ -111,11 +113,46 @@ func TestBenchUsageErrors(t *testing.T) {
 func TestBenchList(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "bench", "--list")
 	require.Equal(t, exitOK, code, stderr)
-	for _, want := range []string{"loopback", "stress", "northwind", "fixml-10", "nginx-pair", "soapgw/token"} {
+	for _, want := range []string{"loopback", "stress", "northwind", "fixml-10", "nginx-pair", "soapgw/token", "soapgw-udp/token", "soapgw-udp-redundant/auto"} {
 		require.Contains(t, stdout, want)
 	}
 	var buf bytes.Buffer
 	require.NoError(t, listBench(&buf))
 	require.Equal(t, stdout, buf.String())
 	require.False(t, strings.Contains(stdout, "\r"))
+}
+
+// TestBenchUDPTunnelOnEmulatedLAN: soapgw-udp/<codec> runs beside soapgw/<codec> through
+// the link emulator, and its IP bytes per exchange are counted as the TCP tunnel's are:
+// whole packets both ways, here all of them UDP.
+func TestBenchUDPTunnelOnEmulatedLAN(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sets up network namespaces and starts gateway processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	testutil.Needs(t, "the link emulator (root, ip netns, /dev/net/tun)", bench.ProbeEmulator(ctx), "run as root with iproute2 (make test-deps)")
+	exe := benchAsChild(t)
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--profiles", "lan", "--scenarios", "stress", "--concurrency", "1", "--calls", "30",
+		"--configs", "soapgw/token,soapgw-udp/token", "--binary", exe, "--out", out)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 2)
+	for _, r := range res.Runs {
+		require.Equal(t, bench.StatusOK, r.Status, "%s: %s", r.Config, r.Reason)
+		require.Equal(t, 30, r.OK)
+		e := r.PerExchange
+		require.NotNil(t, e, r.Config)
+		require.InDelta(t, e.TotalBytes, e.PureTCPBytes+e.TCPDataBytes+e.UDPBytes+e.OtherBytes, 0.01)
+		require.Greater(t, e.TotalBytes, 60.0, "%s: at least two packets' headers per exchange", r.Config)
+		if r.Config == "soapgw-udp/token" {
+			require.Zero(t, e.TCPDataBytes+e.PureTCPBytes, "the UDP tunnel puts no TCP on the link")
+			require.Equal(t, e.TotalBytes, e.UDPBytes)
+		} else {
+			require.Zero(t, e.UDPBytes)
+		}
+	}
+	require.Contains(t, stdout, "soapgw-udp/token")
 }

@@ -75,6 +75,18 @@ var soapgwPrefixes = []struct {
 	redundancy bool
 }{{"soapgw/", "", false}, {"soapgw-udp/", "udp", false}, {"soapgw-udp-redundant/", "udp", true}}
 
+// ConfigNames lists every configuration name ConfigByName knows: direct, nginx-pair,
+// then each soapgw family (TCP tunnel, UDP tunnel, UDP with redundancy) with each codec.
+func ConfigNames() []string {
+	names := []string{"direct", "nginx-pair"}
+	for _, f := range soapgwPrefixes {
+		for _, c := range SoapgwCodecs {
+			names = append(names, f.prefix+c)
+		}
+	}
+	return names
+}
+
 // ConfigByName builds a configuration from its name.
 func ConfigByName(name string) (Config, error) {
 	switch {

@@ -63,6 +63,18 @@ func TestConfigByName(t *testing.T) {
 		_, err := ConfigByName(name)
 		require.NoError(t, err)
 	}
+	names := ConfigNames()
+	require.Len(t, names, 2+3*len(SoapgwCodecs))
+	for _, name := range names {
+		c, err := ConfigByName(name)
+		require.NoError(t, err, name)
+		require.Equal(t, name, c.Name())
+		if strings.HasPrefix(name, "soapgw-udp") {
+			require.Contains(t, c.Describe(), "UDP (QUIC)")
+		}
+	}
+	require.Subset(t, names, DefaultConfigs)
+	require.Contains(t, names, "soapgw-udp/token")
 	_, err := ConfigByName("soapgw/")
 	require.Error(t, err)
 	_, err = ConfigByName("soapgw-udp/brotli")
