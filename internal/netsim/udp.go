@@ -70,8 +70,8 @@ const (
 // delayed by Delay ± Jitter. Create it with [NewUDPLink]; stop it with Close or by
 // cancelling its context.
 //
-//	client ──► down ─► up   (loss, rate, delay±jitter) ─► ups[client] ──► target
-//	client ◄── down ◄─ down (loss, rate, delay±jitter) ◄─ ups[client] ◄── target
+//	client ──► down ─► toTarget (loss, rate, delay±jitter) ─► ups[client] ──► target
+//	client ◄── down ◄─ toClient (loss, rate, delay±jitter) ◄─ ups[client] ◄── target
 //
 // Each direction is a FIFO with a due time per datagram, like a [Link]'s; one scheduler
 // goroutine per direction writes them when due, one reader per socket admits them.
