@@ -305,3 +305,31 @@ func (p *pair) callAsync(ctx context.Context, req []byte) chan error {
 	}()
 	return done
 }
+
+// callConcurrently runs workers callers of calls exchanges each; caller w's call i sends
+// msg(w, i) and must get its own echo back. It fails the test on any error.
+func (p *pair) callConcurrently(t testing.TB, ctx context.Context, workers, calls int, msg func(w, i int) []byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				req := msg(w, i)
+				resp, err := p.call(ctx, req)
+				if err == nil && !bytes.Equal(resp, append([]byte("echo:"), req...)) {
+					err = fmt.Errorf("worker %d call %d: response mixed up", w, i)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,28 +42,7 @@ func TestUDPExchangeConcurrent(t *testing.T) {
 	p := newPair(t, pairOptions{codecs: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for w := range 16 {
-		wg.Go(func() {
-			for i := range 40 {
-				req := soapMessage(w*1000+i, 300+w*97)
-				resp, err := p.call(ctx, req)
-				if err == nil && !bytes.Equal(resp, append([]byte("echo:"), req...)) {
-					err = fmt.Errorf("worker %d call %d: response mixed up", w, i)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	p.callConcurrently(t, ctx, 16, 40, func(w, i int) []byte { return soapMessage(w*1000+i, 300+w*97) })
 	require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
 }
 

@@ -1,7 +1,6 @@
 package quic
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -113,28 +112,7 @@ func TestUDPCopiesUnderLossExactlyOnce(t *testing.T) {
 				defer mu.Unlock()
 				return rng.IntN(100) < 8
 			})
-			var wg sync.WaitGroup
-			errs := make(chan error, 8)
-			for w := range 4 {
-				wg.Go(func() {
-					for i := range 60 {
-						req := soapMessage(w*1000+i+1, 200+50*w)
-						resp, err := p.call(ctx, req)
-						if err == nil && !bytes.Equal(resp, append([]byte("echo:"), req...)) {
-							err = fmt.Errorf("worker %d call %d: wrong response", w, i)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+			p.callConcurrently(t, ctx, 4, 60, func(w, i int) []byte { return soapMessage(w*1000+i+1, 200+50*w) })
 			echo.mu.Lock()
 			defer echo.mu.Unlock()
 			require.Len(t, echo.runs, 241)
