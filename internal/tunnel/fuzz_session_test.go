@@ -5,6 +5,8 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,7 +165,7 @@ func TestStreamOpenedWhileClosingIsRefused(t *testing.T) {
 	b = dataFrame(b, 3, true, false, []byte("<b"), 0)
 	_, err = raw.Write(b)
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
+	waitRecvLoopBlockedOnMutex(t)
 	closed := make(chan struct{})
 	go func() { _ = s.Close(); close(closed) }()
 	require.Eventually(t, func() bool {
@@ -192,3 +194,22 @@ func TestStreamOpenedWhileClosingIsRefused(t *testing.T) {
 
 // Regression tests for inputs the fuzzer found live in testdata/fuzz/FuzzSessionInput and
 // run with every go test.
+
+// waitRecvLoopBlockedOnMutex waits until the session's receive goroutine is parked
+// on a mutex (the stream lock the test holds). It reads the goroutine stacks rather
+// than sleeping, so it neither passes early on a busy machine nor waits longer than
+// needed; synctest cannot help here, a goroutine blocked on a sync.Mutex is not
+// "durably blocked" to it.
+func waitRecvLoopBlockedOnMutex(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	require.Eventually(t, func() bool {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "(*Session).recvLoop") && strings.Contains(g, "sync.(*Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, time.Millisecond, "recvLoop never blocked on the held stream lock")
+}
