@@ -324,10 +324,11 @@ func (g *gateway) startPeer(ctx context.Context, p config.Peer, field string, cs
 func (g *gateway) startTCPPeer(ctx context.Context, p config.Peer, cs *codecs, enc tunnel.Encoding, auth *peerauth.Client, socks *tunnelSockets, tm *tunnel.Metrics) *tunnel.Peer {
 	dial := socks.dialer(p.RTOMin)
 	return tunnel.NewPeer(ctx, tunnel.PeerConfig{
-		Name:        p.Name,
-		Address:     p.Address,
-		Connections: p.Connections,
-		DialTimeout: p.DialTimeout,
+		Name:           p.Name,
+		Address:        p.Address,
+		Connections:    p.Connections,
+		MaxConnections: p.MaxConnectionsOrDefault(),
+		DialTimeout:    p.DialTimeout,
 		Dial: func(ctx context.Context, address string) (net.Conn, error) {
 			c, err := dial(ctx, address)
 			if err != nil {

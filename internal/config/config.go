@@ -194,6 +194,14 @@ type Peer struct {
 	// Connections is how many tunnel connections are kept open to this
 	// peer; exchanges are spread over them. 1..64. Default: 2.
 	Connections int `yaml:"connections"`
+	// MaxConnections is how many tunnel connections the edge may open to
+	// this peer when every one of its connections is at the origin's stream
+	// limit: rather than refusing the exchange, it waits for a free stream
+	// and opens one more connection at a time, up to this many, closing
+	// the extra ones after 30 s without exchanges. Only transport tcp (a
+	// QUIC connection waits for stream credit instead). connections..64.
+	// Default: 8, or connections if that is more.
+	MaxConnections int `yaml:"max_connections,omitempty"`
 	// Codec encodes the requests sent to this peer; one of [CodecNames].
 	// The origin must support it, else the best codec both know is used.
 	// Default: "auto".
@@ -433,6 +441,17 @@ func (o *OriginConfig) setDefaults() {
 	o.Codec = "auto"
 	o.RTOMin = DefaultRTOMin
 }
+
+// MaxConnectionsOrDefault is MaxConnections, or its default when unset.
+func (p *Peer) MaxConnectionsOrDefault() int {
+	if p.MaxConnections > 0 {
+		return p.MaxConnections
+	}
+	return max(DefaultPeerMaxConnections, p.Connections)
+}
+
+// DefaultPeerMaxConnections is edge.peers[].max_connections when unset.
+const DefaultPeerMaxConnections = 8
 
 func (p *Peer) setDefaults() {
 	p.Transport = TransportTCP

@@ -103,6 +103,9 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		if peer.Connections < 1 || peer.Connections > 64 {
 			errs.add(p+".connections", "must be from 1 to 64, got %d", peer.Connections)
 		}
+		if peer.MaxConnections != 0 && (peer.MaxConnections < peer.Connections || peer.MaxConnections > 64) {
+			errs.add(p+".max_connections", "must be from connections (%d) to 64, got %d", peer.Connections, peer.MaxConnections)
+		}
 		checkOneOf(errs, p+".codec", "codec", peer.Codec, CodecNames)
 		checkPositive(errs, p+".dial_timeout", peer.DialTimeout)
 		checkPositive(errs, p+".keepalive_interval", peer.KeepaliveInterval)

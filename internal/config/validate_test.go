@@ -215,6 +215,11 @@ func TestParseValidationErrors(t *testing.T) {
 			yaml: doc(with(edgeDoc, 8, "      address: dc1:70", "      connections: 0")...),
 			want: []string{"x.yaml:9: edge.peers[0].connections: must be from 1 to 64, got 0"},
 		},
+		{
+			name: "max_connections below connections",
+			yaml: doc(with(edgeDoc, 8, "      address: dc1:70", "      connections: 4", "      max_connections: 3")...),
+			want: []string{"x.yaml:10: edge.peers[0].max_connections: must be from connections (4) to 64, got 3"},
+		},
 		// Edge routes.
 		{
 			name: "route names unknown peer and listener",

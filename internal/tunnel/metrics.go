@@ -21,6 +21,8 @@ type Metrics struct {
 	checksum *prometheus.CounterVec
 	stalls   *prometheus.CounterVec
 	dials    *prometheus.CounterVec
+	// streamWaits counts exchanges that found every connection at the stream limit.
+	streamWaits *prometheus.CounterVec
 
 	handshakes        *prometheus.CounterVec
 	pendingHandshakes prometheus.Gauge
@@ -91,6 +93,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_dials_total", Help: "Tunnel connection attempts by result (ok, error).",
 		}, []string{"peer", "result"}),
+		streamWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_tunnel_stream_waits_total",
+			Help: "Exchanges that found every tunnel connection to the peer at its stream limit and waited, by how the wait ended: ok (a stream freed or an extra connection came up) or deadline (refused as overloaded).",
+		}, []string{"peer", "result"}),
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_handshakes_total",
 			Help: "Tunnel connections accepted by the origin, by how their handshake ended: ok, or the cause of refusal (bad_key, tls_failed, not_tls, timeout, evicted, connection_limit, ...).",
@@ -148,7 +154,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		epochs: map[string]map[*Session]uint64{},
 	}
 	if reg != nil {
-		reg.MustRegister(m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials,
+		reg.MustRegister(m.sessions, m.streams, m.rtt, m.frames, m.bytes, m.checksum, m.stalls, m.dials, m.streamWaits,
 			m.handshakes, m.pendingHandshakes,
 			m.codecMessages, m.codecRaw, m.codecPayload, m.resyncs, m.resends, m.fallbacks, m.formats, m.nackErrors,
 			m.retained, m.epoch, m.codecSeconds)
@@ -291,6 +297,24 @@ func (sm *sessionMetrics) setEpoch(s *Session, epoch uint64) {
 		delete(m.epochs, sm.peer)
 	}
 	m.epoch.WithLabelValues(sm.peer).Set(float64(top))
+}
+
+// initPeer creates a peer's stream-wait series at 0, for rate() and alerts.
+func (m *Metrics) initPeer(peer string) {
+	if m == nil {
+		return
+	}
+	for _, r := range []string{"ok", "deadline"} {
+		m.streamWaits.WithLabelValues(peer, r)
+	}
+}
+
+// streamWait counts an exchange that waited at the stream limit, by result (ok, deadline).
+func (m *Metrics) streamWait(peer, result string) {
+	if m == nil {
+		return
+	}
+	m.streamWaits.WithLabelValues(peer, result).Inc()
 }
 
 func (m *Metrics) dial(peer string, ok bool) {

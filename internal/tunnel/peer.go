@@ -10,17 +10,23 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/soapgw/soapgw/internal/tunnel/frame"
 )
 
 // PeerConfig describes one remote gateway the edge keeps tunnels to.
 type PeerConfig struct {
-	Name        string        // peer name from the configuration, used in logs and metrics
-	Address     string        // host:port of the peer's tunnel listener
-	Connections int           // sessions kept up (default 2)
-	DialTimeout time.Duration // per connection attempt, handshake included (default 5 s)
-	BackoffMin  time.Duration // first reconnect delay (default 50 ms)
-	BackoffMax  time.Duration // reconnect delay ceiling (default 5 s)
-	Session     *Config
+	Name        string // peer name from the configuration, used in logs and metrics
+	Address     string // host:port of the peer's tunnel listener
+	Connections int    // sessions kept up (default 2)
+	// MaxConnections caps the sessions, extra ones included: when every session is
+	// at the peer's stream limit, an exchange waits for a free stream and the peer
+	// opens one more session at a time up to this many (default: Connections, none).
+	MaxConnections int
+	DialTimeout    time.Duration // per connection attempt, handshake included (default 5 s)
+	BackoffMin     time.Duration // first reconnect delay (default 50 ms)
+	BackoffMax     time.Duration // reconnect delay ceiling (default 5 s)
+	Session        *Config
 	// Dial opens the transport connection; nil means TCP via net.Dialer.
 	Dial func(ctx context.Context, address string) (net.Conn, error)
 }
@@ -28,6 +34,12 @@ type PeerConfig struct {
 // Peer keeps Connections sessions up to one remote gateway and spreads streams over them.
 // Each slot has its own goroutine that dials, runs the session until it dies and redials
 // with jittered exponential backoff, so a flapping link never produces a reconnect storm.
+// A call waiting for a session cuts a pending backoff short (at most one dial per slot
+// every waitingDialInterval), so calls do not fail while the link is already back.
+//
+// At the stream limit an exchange waits (bounded by its context) instead of failing,
+// and the peer opens extra sessions, one at a time, up to MaxConnections; an extra
+// session closes once it has carried no exchange for extraSessionIdle.
 type Peer struct {
 	cfg PeerConfig
 	m   *Metrics
@@ -42,7 +54,28 @@ type Peer struct {
 	changed  chan struct{} // closed and replaced whenever sessions change or a stream frees up for a waiter
 	lastErr  error
 	waiters  atomic.Int32 // OpenStream calls waiting for a session or a free stream slot
+	// kick is closed (and replaced) when a call waits with no session up: slots in
+	// their reconnect backoff dial at once.
+	kick chan struct{}
+	// extra marks the sessions opened beyond Connections for load; extraDialing is
+	// set while one is being dialled, extraNotBefore delays the next after a failure.
+	extra          map[*Session]bool
+	extraDialing   bool
+	extraNotBefore time.Time
 }
+
+const (
+	// waitingDialInterval is the shortest time between two dials of a slot while
+	// calls wait: a link that comes back is used within this, and a dead one is not
+	// hammered.
+	waitingDialInterval = 250 * time.Millisecond
+	// extraSessionIdle is how long an extra session may carry no exchange before it
+	// is closed; checked every extraSessionCheck.
+	extraSessionIdle  = 30 * time.Second
+	extraSessionCheck = 5 * time.Second
+	// extraDialRetry is the pause after a failed dial for an extra session.
+	extraDialRetry = time.Second
+)
 
 // NewPeer starts the connection slots; they run until Close or until ctx is cancelled.
 func NewPeer(ctx context.Context, cfg PeerConfig, m *Metrics, log *slog.Logger) *Peer {
@@ -55,6 +88,9 @@ func NewPeer(ctx context.Context, cfg PeerConfig, m *Metrics, log *slog.Logger) 
 	if cfg.BackoffMin <= 0 {
 		cfg.BackoffMin = 50 * time.Millisecond
 	}
+	if cfg.MaxConnections < cfg.Connections {
+		cfg.MaxConnections = cfg.Connections
+	}
 	if cfg.BackoffMax < cfg.BackoffMin {
 		cfg.BackoffMax = max(5*time.Second, cfg.BackoffMin)
 	}
@@ -65,8 +101,10 @@ func NewPeer(ctx context.Context, cfg PeerConfig, m *Metrics, log *slog.Logger) 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Peer{cfg: cfg, m: m, log: log.With("peer", cfg.Name, "address", cfg.Address), changed: make(chan struct{})}
+	p := &Peer{cfg: cfg, m: m, log: log.With("peer", cfg.Name, "address", cfg.Address), changed: make(chan struct{}),
+		kick: make(chan struct{}), extra: make(map[*Session]bool)}
 	p.ctx, p.cancel = context.WithCancel(ctx)
+	m.initPeer(cfg.Name)
 	for i := range cfg.Connections {
 		p.wg.Add(1)
 		go p.maintain(i)
@@ -102,19 +140,27 @@ func (p *Peer) RTT() time.Duration {
 	return best
 }
 
-// OpenStream opens a stream on the least loaded live session. When none is up it waits for
-// one until ctx is done or DialTimeout passes, then fails with ErrNoPeer and the last dial
-// error, so a client learns at once that the origin is unreachable rather than hanging.
+// OpenStream opens a stream on the least loaded live session (on a tie, a kept one
+// before an extra one, so extra sessions fall idle when the load drops).
+//
+// When no session is up it wakes the slots and waits for one until ctx is done or
+// DialTimeout passes, then fails with ErrNoPeer and the last dial error, so a client
+// learns at once that the origin is unreachable rather than hanging. When every session
+// is at the peer's stream limit it asks for an extra session and waits for a free stream
+// until ctx is done; only then does it fail, with ErrStreamLimit.
 func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 	wait := time.NewTimer(p.cfg.DialTimeout)
 	defer wait.Stop()
+	waitedAtLimit := false
 	for {
 		p.mu.Lock()
 		changed := p.changed
 		cands := make([]*Session, 0, len(p.sessions))
-		for _, s := range p.sessions {
-			if !s.Draining() && s.Err() == nil {
-				cands = append(cands, s)
+		for _, kept := range []bool{true, false} {
+			for _, s := range p.sessions {
+				if p.extra[s] != kept && !s.Draining() && s.Err() == nil {
+					cands = append(cands, s)
+				}
 			}
 		}
 		lastErr := p.lastErr
@@ -130,6 +176,9 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 			}
 			st, err := cands[best].OpenStream(ctx)
 			if err == nil {
+				if waitedAtLimit {
+					p.m.streamWait(p.cfg.Name, "ok")
+				}
 				return st, nil
 			}
 			if ctx.Err() != nil {
@@ -139,14 +188,24 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 			cands = append(cands[:best], cands[best+1:]...)
 		}
 		// Wait for a session to come up or, when every session is at its stream limit,
-		// for a stream to finish (sessions signal that while someone waits).
+		// for a stream to finish (sessions signal that while someone waits) or an extra
+		// session to come up. Waiting for a stream is bounded by ctx alone: the
+		// exchange's deadline, not the time a dial may take.
+		dialWait := wait.C
+		if atLimit {
+			waitedAtLimit = true
+			dialWait = nil
+			p.addExtraSession()
+		} else {
+			p.kickSlots()
+		}
 		p.waiters.Add(1)
 		var why error
 		select {
 		case <-changed:
 		case <-ctx.Done():
 			why = ctx.Err()
-		case <-wait.C:
+		case <-dialWait:
 			why = errWaitedDialTimeout
 		case <-p.ctx.Done():
 			why = ErrSessionClosed
@@ -160,7 +219,8 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 			}
 		}
 		if atLimit {
-			return nil, &refusedError{fmt.Errorf("%w: every session to %q is at the peer's stream limit", ErrStreamLimit, p.cfg.Name)}
+			p.m.streamWait(p.cfg.Name, "deadline")
+			return nil, &refusedError{fmt.Errorf("%w: every connection to %q (%d at most) was at the peer's stream limit until the exchange's deadline", ErrStreamLimit, p.cfg.Name, p.cfg.MaxConnections)}
 		}
 		return nil, p.unavailable(why, lastErr)
 	}
@@ -200,7 +260,9 @@ func (p *Peer) sessionsSnapshot() []*Session {
 
 // Close stops reconnecting and closes every session.
 func (p *Peer) Close() error {
+	p.mu.Lock() // so that no extra session's goroutine starts after Wait begins
 	p.cancel()
+	p.mu.Unlock()
 	for _, s := range p.sessionsSnapshot() {
 		_ = s.Close()
 	}
@@ -237,6 +299,7 @@ func (p *Peer) maintain(slot int) {
 	backoff := p.cfg.BackoffMin
 	failures := 0
 	for p.ctx.Err() == nil {
+		dialed := time.Now()
 		s, err := p.connect()
 		if err != nil {
 			p.m.dial(p.cfg.Name, false)
@@ -249,9 +312,7 @@ func (p *Peer) maintain(slot int) {
 			// restarting together do not reconnect in lockstep.
 			d := backoff/2 + rand.N(backoff/2+1)
 			backoff = min(backoff*2, p.cfg.BackoffMax)
-			select {
-			case <-time.After(d):
-			case <-p.ctx.Done():
+			if !p.backoff(d, dialed) {
 				return
 			}
 			continue
@@ -299,9 +360,7 @@ func (p *Peer) maintain(slot int) {
 			failures++
 			d := backoff/2 + rand.N(backoff/2+1)
 			backoff = min(backoff*2, p.cfg.BackoffMax)
-			select {
-			case <-time.After(d):
-			case <-p.ctx.Done():
+			if !p.backoff(d, dialed) {
 				return
 			}
 		} else {
@@ -312,6 +371,146 @@ func (p *Peer) maintain(slot int) {
 
 // minHealthySession is how long a session must live for the reconnect backoff to reset.
 const minHealthySession = 2 * time.Second
+
+// backoff waits d before a slot's next dial, or less when a call is waiting for a
+// session (kickSlots): then the slot dials waitingDialInterval after its last dial at
+// the latest. It reports false when the peer is closed.
+func (p *Peer) backoff(d time.Duration, lastDial time.Time) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	p.mu.Lock()
+	kick := p.kick
+	p.mu.Unlock()
+	select {
+	case <-t.C:
+		return true
+	case <-p.ctx.Done():
+		return false
+	case <-kick:
+	}
+	if early := time.Until(lastDial.Add(waitingDialInterval)); early > 0 && early < d {
+		t.Reset(early) // t has not fired: the kick came first
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// kickSlots cuts every slot's pending reconnect backoff short: a call is waiting.
+func (p *Peer) kickSlots() {
+	p.mu.Lock()
+	close(p.kick)
+	p.kick = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// addExtraSession dials one more session when every session is at its stream limit,
+// unless MaxConnections are up, one is being dialled, or the last attempt failed less
+// than extraDialRetry ago.
+func (p *Peer) addExtraSession() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil || p.extraDialing || len(p.sessions) >= p.cfg.MaxConnections || time.Now().Before(p.extraNotBefore) {
+		return
+	}
+	p.extraDialing = true
+	p.wg.Add(1) // under mu, after the ctx check: Close cancels under mu before it waits
+	go p.runExtraSession()
+}
+
+// runExtraSession dials an extra session, serves streams on it while it is busy and
+// closes it gracefully once it has been idle for extraSessionIdle.
+func (p *Peer) runExtraSession() {
+	defer p.wg.Done()
+	s, err := p.connect()
+	p.mu.Lock()
+	p.extraDialing = false
+	if err != nil {
+		p.extraNotBefore = time.Now().Add(extraDialRetry)
+	} else {
+		p.extra[s] = true
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.m.dial(p.cfg.Name, false)
+		p.log.Warn("extra tunnel connection failed", "err", err)
+		p.setSessions(func(ss []*Session) []*Session { return ss }, nil) // waiters look again
+		return
+	}
+	p.m.dial(p.cfg.Name, true)
+	freed := p.streamFreed
+	s.onFree.Store(&freed)
+	p.log.Info("tunnel connection added: every connection was at the origin's stream limit", "connections", len(p.sessionsSnapshot())+1, "max_connections", p.cfg.MaxConnections)
+	p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
+	defer func() {
+		p.mu.Lock()
+		delete(p.extra, s)
+		p.mu.Unlock()
+		p.remove(s)
+	}()
+
+	tick := time.NewTicker(extraSessionCheck)
+	defer tick.Stop()
+	var idleSince time.Time
+	for {
+		select {
+		case <-s.Done():
+			if p.ctx.Err() == nil {
+				p.log.Warn("extra tunnel connection lost", "err", s.Err())
+			}
+			return
+		case <-s.GoAwayReceived():
+			// The peer is draining: take no more streams here, let these finish.
+			p.remove(s)
+			select {
+			case <-s.Done():
+			case <-p.ctx.Done():
+				_ = s.Close()
+			}
+			return
+		case <-p.ctx.Done():
+			_ = s.Close()
+			return
+		case now := <-tick.C:
+			if s.NumStreams() > 0 || p.waiters.Load() > 0 {
+				idleSince = time.Time{}
+				continue
+			}
+			if idleSince.IsZero() {
+				idleSince = now
+				continue
+			}
+			if now.Sub(idleSince) >= extraSessionIdle {
+				p.retireIdle(s, tick.C)
+				return
+			}
+		}
+	}
+}
+
+// retireIdle takes an idle extra session out of use, waits for any stream that was
+// opened on it meanwhile, and closes it with a GOAWAY.
+func (p *Peer) retireIdle(s *Session, tick <-chan time.Time) {
+	p.remove(s)
+	for s.NumStreams() > 0 {
+		select {
+		case <-tick:
+		case <-s.Done():
+			return
+		case <-p.ctx.Done():
+			_ = s.Close()
+			return
+		}
+	}
+	p.log.Info("extra tunnel connection closed: idle", "idle", extraSessionIdle)
+	s.GoAway(frame.CodeNoError, "idle")
+	ctx, cancel := context.WithTimeout(p.ctx, 2*time.Second)
+	defer cancel()
+	_ = s.CloseGracefully(ctx)
+}
 
 func (p *Peer) connect() (*Session, error) {
 	ctx, cancel := context.WithTimeout(p.ctx, p.cfg.DialTimeout)

@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/tunnel/frame"
@@ -37,6 +38,11 @@ func peerExchange(ctx context.Context, p *Peer, msg []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return exchangeOn(st, msg)
+}
+
+// exchangeOn sends msg on an open stream and reads the whole answer, then closes it.
+func exchangeOn(st *Stream, msg []byte) ([]byte, error) {
 	defer st.Close()
 	if _, err := st.Write(msg); err != nil {
 		return nil, err
@@ -345,7 +351,8 @@ func TestPeerGoAwayOpensReplacement(t *testing.T) {
 
 // TestPeerOpenStreamWaitsForFreeStreamSlot: when every session is at the peer's
 // max_streams, OpenStream used to wait for the set of sessions to change and then report
-// "no connection up". A finishing stream now wakes it, and a timeout reports ErrStreamLimit.
+// "no connection up". A finishing stream now wakes it, and only the caller's deadline
+// ends the wait, with ErrStreamLimit (MaxConnections is Connections here: no extra one).
 func TestPeerOpenStreamWaitsForFreeStreamSlot(t *testing.T) {
 	// In a synctest bubble over net.Pipe: "a freed slot wakes the waiter at once" is a
 	// statement about fake time, exact on any machine.
@@ -375,13 +382,16 @@ func TestPeerOpenStreamWaitsForFreeStreamSlot(t *testing.T) {
 		require.Equal(t, 50*time.Millisecond, took, "the waiter wakes when the slot frees, not at a timeout")
 		_ = st.Close()
 
-		// With both slots held to the end, the wait ends at DialTimeout with ErrStreamLimit.
+		// With both slots held to the end, the wait lasts as long as the caller's
+		// deadline (the exchange's, not the dial timeout) and ends with ErrStreamLimit.
 		c, err := p.OpenStream(context.Background())
 		require.NoError(t, err)
 		begin = time.Now()
-		_, err = p.OpenStream(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 7*time.Second)
+		_, err = p.OpenStream(ctx)
+		cancel()
 		require.ErrorIs(t, err, ErrStreamLimit)
-		require.Equal(t, 1500*time.Millisecond, time.Since(begin))
+		require.Equal(t, 7*time.Second, time.Since(begin))
 
 		_ = b.Close()
 		_ = c.Close()
@@ -430,4 +440,109 @@ func TestPeerCloseStopsGoroutines(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("goroutines: %d before, %d after Close:\n%s", base, n, buf[:runtime.Stack(buf, true)])
 	}
+}
+
+// TestPeerExtraSessionAtStreamLimit: with every session at the peer's stream limit, an
+// exchange neither fails nor waits for a stream to end: the peer opens one more session
+// (up to MaxConnections) and the exchange runs on it. Once idle for extraSessionIdle the
+// extra session closes again; the kept one stays.
+func TestPeerExtraSessionAtStreamLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := NewServer(ServerConfig{Session: &Config{MaxStreams: 2, KeepaliveInterval: 0}}, nil, nil, echoHandler)
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		var dials atomic.Int32
+		m := NewMetrics(nil)
+		p := NewPeer(context.Background(), PeerConfig{Name: "origin", Address: "pipe", Connections: 1, MaxConnections: 2,
+			Dial: func(context.Context, string) (net.Conn, error) {
+				dials.Add(1)
+				return ln.dial()
+			},
+			Session: &Config{KeepaliveInterval: 0}}, m, nil)
+		synctest.Wait()
+		require.True(t, p.Ready())
+		var held []*Stream
+		for range 2 {
+			st, err := p.OpenStream(context.Background())
+			require.NoError(t, err)
+			held = append(held, st)
+		}
+
+		begin := time.Now()
+		st, err := p.OpenStream(context.Background())
+		require.NoError(t, err, "an extra session takes the exchange")
+		require.Zero(t, time.Since(begin), "no stream ended: the wait was for the extra session's handshake alone")
+		require.Equal(t, int32(2), dials.Load())
+		require.Len(t, p.sessionsSnapshot(), 2)
+		got, err := exchangeOn(st, []byte("three"))
+		require.NoError(t, err)
+		require.Equal(t, []byte("re:three"), got)
+
+		// MaxConnections reached: the next exchange waits for a stream (here: until its
+		// deadline) and no third session is dialled.
+		for range 2 {
+			st, err := p.OpenStream(context.Background())
+			require.NoError(t, err, "the extra session has two streams")
+			held = append(held, st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err = p.OpenStream(ctx)
+		cancel()
+		require.ErrorIs(t, err, ErrStreamLimit)
+		require.Equal(t, int32(2), dials.Load(), "no session beyond MaxConnections")
+		require.Equal(t, 1.0, testutil.ToFloat64(m.streamWaits.WithLabelValues("origin", "deadline")))
+		require.Equal(t, 1.0, testutil.ToFloat64(m.streamWaits.WithLabelValues("origin", "ok")))
+
+		for _, h := range held {
+			_ = h.Close()
+		}
+		time.Sleep(extraSessionIdle + 2*extraSessionCheck)
+		synctest.Wait()
+		require.Len(t, p.sessionsSnapshot(), 1, "the idle extra session closed, the kept one stayed")
+		got, err = peerExchange(context.Background(), p, []byte("after"))
+		require.NoError(t, err)
+		require.Equal(t, []byte("re:after"), got)
+
+		require.NoError(t, p.Close())
+		require.NoError(t, ln.Close())
+		require.NoError(t, srv.Shutdown(context.Background()))
+		require.NoError(t, <-served)
+	})
+}
+
+// TestPeerWaitingCallCutsBackoffShort: after a cut, a slot whose dials failed sits in a
+// reconnect backoff of up to BackoffMax. A call that waits for a session must not wait
+// that out once the link is back: the slot dials within waitingDialInterval.
+func TestPeerWaitingCallCutsBackoffShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := NewServer(ServerConfig{Session: &Config{KeepaliveInterval: 0}}, nil, nil, echoHandler)
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		var linkUp atomic.Bool
+		p := NewPeer(context.Background(), PeerConfig{Name: "origin", Address: "pipe", Connections: 1,
+			DialTimeout: 10 * time.Second, BackoffMin: 8 * time.Second, BackoffMax: 8 * time.Second,
+			Dial: func(context.Context, string) (net.Conn, error) {
+				if !linkUp.Load() {
+					return nil, errors.New("test: link down")
+				}
+				return ln.dial()
+			},
+			Session: &Config{KeepaliveInterval: 0}}, nil, nil)
+		time.Sleep(20 * time.Second) // no caller: the slot dials every 4-8 s
+		require.False(t, p.Ready())
+
+		linkUp.Store(true)
+		begin := time.Now()
+		got, err := peerExchange(context.Background(), p, []byte("waited"))
+		require.NoError(t, err)
+		require.Equal(t, []byte("re:waited"), got)
+		require.LessOrEqual(t, time.Since(begin), waitingDialInterval, "the waiting call's kick dialled at once, not after the %v backoff", 8*time.Second)
+
+		require.NoError(t, p.Close())
+		require.NoError(t, ln.Close())
+		require.NoError(t, srv.Shutdown(context.Background()))
+		require.NoError(t, <-served)
+	})
 }
