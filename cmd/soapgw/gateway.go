@@ -193,7 +193,8 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	}
 	// The origin pings too: it measures RTT for its own metrics and notices an edge
 	// whose host vanished (a half-open connection) instead of keeping it for good.
-	scfg := cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second}, enc)
+	scfg := cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second,
+		MaxStreams: uint32(o.MaxStreams)}, enc) // 0: the tunnel's default
 	tm.InitHandshakes()
 	origin := g.origin
 	g.tunSrv = tunnel.NewServer(tunnel.ServerConfig{

@@ -194,6 +194,7 @@ func (g *gateway) startUDPOrigin(o *config.OriginConfig, cs *codecs, enc tunnel.
 		Verify:           g.originAuth.VerifyEdge,
 		HandshakeTimeout: o.HandshakeTimeout,
 		MaxConnections:   o.MaxConnections,
+		MaxStreams:       int64(o.MaxStreams), // 0: the QUIC tunnel's default
 		SequencedWindow:  cs.cfg.UDPWindow,
 	}, g.udpMetrics, g.log.With("role", "origin", "transport", "udp"), func(ctx context.Context, st *quictun.Stream) {
 		origin.ServeStream(ctx, st)

@@ -192,6 +192,9 @@ func (o *OriginConfig) validate(errs *errorList) {
 	if o.MaxConnections < 1 {
 		errs.add("origin.max_connections", "must be at least 1, got %d", o.MaxConnections)
 	}
+	if o.MaxStreams < 0 || o.MaxStreams > 65535 {
+		errs.add("origin.max_streams", "must be from 1 to 65535, got %d", o.MaxStreams)
+	}
 	checkOneOf(errs, "origin.codec", "codec", o.Codec, CodecNames)
 	checkRTOMin(errs, "origin.rto_min", o.RTOMin)
 	if len(o.Upstreams) == 0 {
