@@ -56,6 +56,11 @@ type Stream struct {
 	werr     error
 	finished bool
 
+	// failed is closed when the stream fails (Done); made on the first Done call, so
+	// streams nobody watches pay nothing. failedSet: fail ran.
+	failed    chan struct{}
+	failedSet bool
+
 	// coding
 	encoding     Encoding // from SetEncoding
 	encodingSet  bool
@@ -110,6 +115,22 @@ func (st *Stream) SetReadDeadline(t time.Time) error { st.readDL.set(t); return 
 
 // SetWriteDeadline bounds Write, Flush and CloseWrite (waiting for window credit).
 func (st *Stream) SetWriteDeadline(t time.Time) error { st.writeDL.set(t); return nil }
+
+// Done returns a channel closed when the stream fails: reset by the peer or locally,
+// or its session lost. An exchange that completes cleanly never closes it. It tells
+// the origin that the edge abandoned an exchange whose request it has read whole,
+// which Read cannot (it keeps returning io.EOF after a complete message).
+func (st *Stream) Done() <-chan struct{} {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.failed == nil {
+		st.failed = make(chan struct{})
+		if st.failedSet {
+			close(st.failed)
+		}
+	}
+	return st.failed
+}
 
 func signal(c chan struct{}) {
 	select {
@@ -536,6 +557,12 @@ func (st *Stream) fail(err error, sendRST bool) {
 		st.werr = err
 	}
 	st.chunks = nil
+	if !st.failedSet {
+		st.failedSet = true
+		if st.failed != nil {
+			close(st.failed)
+		}
+	}
 	st.mu.Unlock()
 	signal(st.rsig)
 	signal(st.ssig)

@@ -1,0 +1,83 @@
+package tunnel
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestStreamDoneOnPeerReset: the origin has read the whole request (Read keeps returning
+// io.EOF) and waits on its upstream; when the edge abandons the exchange, Done tells it.
+// A clean exchange never closes Done.
+func TestStreamDoneOnPeerReset(t *testing.T) {
+	testConnTypes(t, func(t *testing.T, pair connPair) {
+		c, s := sessionPair(t, pair, nil, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+
+		// Clean: request, response, both read whole.
+		cst, err := c.OpenStream(ctx)
+		require.NoError(t, err)
+		_, err = cst.Write([]byte("req"))
+		require.NoError(t, err)
+		require.NoError(t, cst.CloseWrite())
+		sst, err := s.AcceptStream(ctx)
+		require.NoError(t, err)
+		done := sst.Done()
+		got, err := io.ReadAll(sst)
+		require.NoError(t, err)
+		require.Equal(t, "req", string(got))
+		_, err = sst.Write([]byte("resp"))
+		require.NoError(t, err)
+		require.NoError(t, sst.CloseWrite())
+		got, err = io.ReadAll(cst)
+		require.NoError(t, err)
+		require.Equal(t, "resp", string(got))
+		require.NoError(t, cst.Close())
+		require.NoError(t, sst.Close())
+		select {
+		case <-done:
+			t.Fatal("Done closed after a clean exchange")
+		default:
+		}
+
+		// Abandoned: the request was read whole, then the edge resets the stream.
+		cst, err = c.OpenStream(ctx)
+		require.NoError(t, err)
+		_, err = cst.Write([]byte("req"))
+		require.NoError(t, err)
+		require.NoError(t, cst.CloseWrite())
+		sst, err = s.AcceptStream(ctx)
+		require.NoError(t, err)
+		defer sst.Close()
+		_, err = io.ReadAll(sst)
+		require.NoError(t, err)
+		done = sst.Done()
+		require.NoError(t, cst.Close()) // unfinished: RST_STREAM
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatal("Done not closed after the peer reset the stream")
+		}
+		_, err = sst.Read(make([]byte, 1))
+		require.ErrorIs(t, err, io.EOF, "the request itself stays complete")
+		require.Error(t, sst.CloseWrite(), "the response cannot be sent")
+
+		// A stream that failed before anyone asked still reports it.
+		cst, err = c.OpenStream(ctx)
+		require.NoError(t, err)
+		require.NoError(t, cst.CloseWrite())
+		sst, err = s.AcceptStream(ctx)
+		require.NoError(t, err)
+		sst.Reset(0, "local")
+		select {
+		case <-sst.Done():
+		default:
+			t.Fatal("Done of a failed stream not closed")
+		}
+		_ = cst.Close()
+	})
+}
