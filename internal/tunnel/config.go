@@ -46,8 +46,10 @@ type Config struct {
 	// KeepaliveTimeout closes the session when the peer has been silent this long after a
 	// PING (default 10 s).
 	KeepaliveTimeout time.Duration
-	// WriteTimeout bounds one flush of the connection (default 30 s): a peer that stops
-	// reading must not hold every stream forever.
+	// WriteTimeout bounds how long the connection may take no bytes (default 30 s): a
+	// peer that stops reading must not hold every stream forever. It measures progress
+	// (each 64 KiB written), not a whole flush, so a long queue on a slow link is not a
+	// failure.
 	WriteTimeout time.Duration
 }
 

@@ -83,7 +83,8 @@ type Session struct {
 	goAwayCh chan struct{}          // closed when the peer sends GOAWAY
 	closing  atomic.Bool            // CloseGracefully: close once everything queued is written
 	onFree   atomic.Pointer[func()] // called when a stream finishes (Peer wakes waiters)
-	lastRecv atomic.Int64           // unix nanos of the last frame received
+	lastRecv atomic.Int64           // unix nanos of the last read that returned bytes
+	out      progressWriter         // under bw: write deadlines that measure progress
 	rtt      atomic.Int64           // nanos, last measured
 	pingSent atomic.Int64           // unix nanos of the outstanding PING, 0 if none
 }
@@ -132,13 +133,14 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m 
 		cfg:      cfg,
 		client:   client,
 		local:    cfg.hello(),
-		br:       bufio.NewReaderSize(conn, 64<<10),
-		bw:       bufio.NewWriterSize(conn, 64<<10),
+		out:      progressWriter{conn: conn},
 		streams:  make(map[uint32]*Stream),
 		wsignal:  make(chan struct{}, 1),
 		acceptCh: make(chan *Stream, cfg.MaxStreams),
 		goAwayCh: make(chan struct{}),
 	}
+	s.br = bufio.NewReaderSize(progressReader{conn, &s.lastRecv}, 64<<10)
+	s.bw = bufio.NewWriterSize(&s.out, 64<<10)
 	if client {
 		s.nextID = 1
 	} else {
@@ -158,6 +160,7 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m 
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.lastRecv.Store(time.Now().UnixNano())
 	s.m.up.Inc()
+	s.out.timeout = s.cfg.WriteTimeout // the handshake's own deadline is over
 	s.wg.Add(2)
 	go s.recvLoop()
 	go s.sendLoop()
@@ -570,7 +573,6 @@ func (s *Session) sendLoop() {
 		case <-s.ctx.Done():
 			return
 		}
-		_ = s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		for {
 			ctrl, it = s.next(ctrl)
 			if len(ctrl) == 0 && !it.hasData && it.coded == nil {
@@ -709,7 +711,6 @@ func (s *Session) recvLoop() {
 		if s.ctx.Err() != nil {
 			return // closed while this frame was read
 		}
-		s.lastRecv.Store(time.Now().UnixNano())
 		s.m.received[min(int(h.Type), len(s.m.received)-1)].Inc()
 		s.m.bytesIn.Add(float64(hlen + len(p)))
 		retained, err := s.handle(h, p)
@@ -979,4 +980,60 @@ func (s *Session) ping() {
 	now := time.Now().UnixNano()
 	s.pingSent.Store(now)
 	s.sendControl(frame.TypePing, 0, 0, frame.AppendPing(nil, uint64(now)))
+}
+
+// progressReader notes the time of every read that returned bytes. The peer counts as
+// alive while any byte arrives, even inside one frame that takes longer than
+// KeepaliveTimeout to cross a slow link (64 KiB at 40 kbit/s: 13 s), and even while its
+// PING answer waits behind a queue of bulk data in the network.
+type progressReader struct {
+	r    io.Reader
+	last *atomic.Int64
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// progressWriter is the connection as sendLoop's buffered writer sees it. Its write
+// deadline measures progress, not the size of the queue: each chunk of at most
+// progressChunk bytes must be taken by the connection within timeout (at least 7/8 of
+// it), however much is queued behind it. A deadline over a whole flush would fail a
+// healthy tunnel on a slow link as soon as the queue holds more than the link carries in
+// WriteTimeout (16 responses of 200 KB on a 1 Mbit/s link). The deadline is re-armed at
+// most every timeout/8, so a busy connection does not pay a timer update per write.
+// timeout is 0 during the handshake, which sets its own deadline.
+type progressWriter struct {
+	conn    net.Conn
+	timeout time.Duration
+	armedAt time.Time
+}
+
+// progressChunk is the most one connection write may carry under one deadline.
+const progressChunk = 64 << 10
+
+func (w *progressWriter) Write(b []byte) (int, error) {
+	if w.timeout <= 0 {
+		return w.conn.Write(b)
+	}
+	written := 0
+	for len(b) > 0 {
+		if now := time.Now(); now.Sub(w.armedAt) > w.timeout/8 {
+			if err := w.conn.SetWriteDeadline(now.Add(w.timeout)); err != nil {
+				return written, err
+			}
+			w.armedAt = now
+		}
+		n, err := w.conn.Write(b[:min(len(b), progressChunk)])
+		written += n
+		b = b[n:]
+		if err != nil {
+			return written, err
+		}
+	}
+	return written, nil
 }
