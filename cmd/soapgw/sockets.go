@@ -6,13 +6,16 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/soapgw/soapgw/internal/sockopt"
 )
 
-// tunnelSockets applies the tunnel's TCP tuning (rto_min) to the connections a gateway
-// dials (before they connect, so the handshake's RTT sample already counts) and accepts.
+// tunnelSockets applies the tunnel's TCP tuning (rto_min, and TCP_NOTSENT_LOWAT so that
+// control frames do not queue behind megabytes of unsent bulk data in the kernel) to the
+// connections a gateway dials (before they connect, so the handshake's RTT sample
+// already counts) and accepts.
 // A kernel without the option keeps its defaults; that is said once in the log, not per
 // connection.
 type tunnelSockets struct {
@@ -34,7 +37,13 @@ func (ts *tunnelSockets) report(rtoMin time.Duration) func(error) {
 
 // dialer returns a TCP dialer for tunnel connections with rtoMin applied.
 func (ts *tunnelSockets) dialer(rtoMin time.Duration) func(ctx context.Context, address string) (net.Conn, error) {
-	d := &net.Dialer{KeepAlive: 30 * time.Second, Control: sockopt.RTOMinControl(rtoMin, ts.report(rtoMin))}
+	rto := sockopt.RTOMinControl(rtoMin, ts.report(rtoMin))
+	d := &net.Dialer{KeepAlive: 30 * time.Second, Control: func(network, address string, c syscall.RawConn) error {
+		if err := sockopt.NotSentLowatRaw(c, sockopt.TunnelNotSentLowat); err != nil && !errors.Is(err, sockopt.ErrUnsupported) {
+			ts.log.Warn("tunnel socket tuning failed", "err", err)
+		}
+		return rto(network, address, c)
+	}}
 	return func(ctx context.Context, address string) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", address)
 	}
@@ -52,6 +61,9 @@ func (ts *tunnelSockets) listen(address string, rtoMin time.Duration) (net.Liste
 	return &tunedListener{Listener: ln, tune: func(c net.Conn) {
 		if err := sockopt.SetRTOMin(c, rtoMin); err != nil {
 			report(err)
+		}
+		if err := sockopt.SetNotSentLowat(c, sockopt.TunnelNotSentLowat); err != nil && !errors.Is(err, sockopt.ErrUnsupported) {
+			ts.log.Warn("tunnel socket tuning failed", "err", err)
 		}
 	}}, nil
 }

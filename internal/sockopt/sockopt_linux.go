@@ -56,3 +56,21 @@ func udpBuffers(raw syscall.RawConn) (rcv, snd int, err error) {
 	}
 	return rcv, snd, err
 }
+
+// tcpNotSentLowat is TCP_NOTSENT_LOWAT from <linux/tcp.h> (Linux 3.12).
+const tcpNotSentLowat = 25
+
+func setNotSentLowat(fd uintptr, bytes int) error {
+	if err := syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpNotSentLowat, bytes); err != nil {
+		return fmt.Errorf("setsockopt TCP_NOTSENT_LOWAT: %w", err)
+	}
+	return nil
+}
+
+func notSentLowat(fd uintptr) (int, error) {
+	v, err := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpNotSentLowat)
+	if err != nil {
+		return 0, fmt.Errorf("getsockopt TCP_NOTSENT_LOWAT: %w", err)
+	}
+	return v, nil
+}

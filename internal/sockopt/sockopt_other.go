@@ -14,3 +14,7 @@ func rtoMin(uintptr) (time.Duration, error) { return 0, ErrUnsupported }
 func setUDPBuffers(uintptr, int) (int, int, error) { return 0, 0, ErrUnsupported }
 
 func udpBuffers(syscall.RawConn) (int, int, error) { return 0, 0, ErrUnsupported }
+
+func setNotSentLowat(uintptr, int) error { return ErrUnsupported }
+
+func notSentLowat(uintptr) (int, error) { return 0, ErrUnsupported }

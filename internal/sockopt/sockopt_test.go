@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -89,3 +90,27 @@ func TestSetUDPBuffers(t *testing.T) {
 		require.GreaterOrEqual(t, snd, UDPBufferSize)
 	}
 }
+
+func TestSetNotSentLowat(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	err = SetNotSentLowat(c, TunnelNotSentLowat)
+	if runtime.GOOS != "linux" {
+		require.ErrorIs(t, err, ErrUnsupported)
+		return
+	}
+	require.NoError(t, err)
+	v, err := NotSentLowat(c)
+	require.NoError(t, err)
+	require.Equal(t, TunnelNotSentLowat, v)
+
+	_, err = NotSentLowat(pipeConn{})
+	require.ErrorIs(t, err, ErrUnsupported, "not a socket")
+}
+
+// pipeConn is a net.Conn that is no socket.
+type pipeConn struct{ net.Conn }
