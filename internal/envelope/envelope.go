@@ -13,10 +13,19 @@
 //	kind 'Q' request:  exchangeID upstream method target protoMinor flags [contentLength] fieldCount {name value}
 //	kind 'R' response: status(uint16) reason protoMinor flags [contentLength] fieldCount {name value}
 //	kind 'E' error:    status(uint16) cause message
+//	kind 'U' resume:   exchangeID offset(uvarint)
+//	kind 'C' continue: offset(uvarint)
 //
 // flags bit 0: the body length is known (contentLength follows); bit 1: the client asked
 // for 100-continue. Header fields are the end-to-end fields in their original order and
 // casing; hop-by-hop ones never travel. The body follows the head unchanged (de-chunked).
+//
+// Resume and continue collect an exchange whose tunnel connection died after the origin
+// had its request (docs/operations.md, "What happens to an exchange when something
+// fails"). The edge sends a resume head alone on a new stream: the exchange id and how
+// many bytes of the response message (head included) it already has. The origin answers
+// with a continue head followed by the response message's bytes from that offset, or
+// with an error head when it holds no such exchange.
 package envelope
 
 import (
@@ -35,6 +44,8 @@ const (
 	KindRequest  = 'Q'
 	KindResponse = 'R'
 	KindError    = 'E'
+	KindResume   = 'U'
+	KindContinue = 'C'
 )
 
 const (
@@ -75,6 +86,18 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Message }
+
+// Resume asks the origin for the response to an exchange whose tunnel connection died,
+// from byte Offset of the response message (its length-prefixed head included).
+type Resume struct {
+	ExchangeID string
+	Offset     int64
+}
+
+// Continue answers a Resume: the response message's bytes from Offset follow the head.
+type Continue struct {
+	Offset int64
+}
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -163,6 +186,23 @@ func (e *Error) Append(b []byte) []byte {
 	return finishHead(b, start)
 }
 
+// Append appends the length-prefixed head to b.
+func (h *Resume) Append(b []byte) []byte {
+	b, start := reserveHead(b)
+	b = append(b, Version, KindResume)
+	b = appendString(b, h.ExchangeID)
+	b = binary.AppendUvarint(b, uint64(h.Offset))
+	return finishHead(b, start)
+}
+
+// Append appends the length-prefixed head to b.
+func (h *Continue) Append(b []byte) []byte {
+	b, start := reserveHead(b)
+	b = append(b, Version, KindContinue)
+	b = binary.AppendUvarint(b, uint64(h.Offset))
+	return finishHead(b, start)
+}
+
 // Split cuts a whole tunnel message into its head (version, kind and fields, without the
 // length prefix) and its body. It checks only the framing, not the fields.
 func Split(msg []byte) (head, body []byte, err error) {
@@ -231,6 +271,9 @@ func (r *headReader) uvarint(what string) uint64 {
 		if c < 0x80 {
 			if i == binary.MaxVarintLen64-1 && c > 1 {
 				break // overflows 64 bits
+			}
+			if i > 0 && c == 0 {
+				break // not minimal: the head would not re-encode to the same bytes
 			}
 			r.b = r.b[i+1:]
 			return v | uint64(c)<<(7*i)
@@ -317,6 +360,9 @@ func ParseRequest(head []byte) (*Request, error) {
 	var fl byte
 	fl, h.ContentLength = r.length()
 	h.Expect = fl&flagExpectContinue != 0
+	if fl&^(flagLengthKnown|flagExpectContinue) != 0 {
+		r.fail("unknown flags")
+	}
 	h.Header = r.fields()
 	r.end()
 	if r.err == nil && (h.Method == "" || h.Target == "") {
@@ -338,7 +384,11 @@ func ParseResponse(head []byte) (*Response, *Error, error) {
 		h.Status = r.uint16("status")
 		h.Reason = r.string("reason")
 		h.ProtoMinor = int(r.byte("proto"))
-		_, h.ContentLength = r.length()
+		var fl byte
+		fl, h.ContentLength = r.length()
+		if fl&^flagLengthKnown != 0 {
+			r.fail("unknown flags")
+		}
 		h.Header = r.fields()
 		r.end()
 		if r.err == nil && (h.Status < 100 || h.Status > 999) {
@@ -357,4 +407,48 @@ func ParseResponse(head []byte) (*Response, *Error, error) {
 		return nil, e, r.err
 	}
 	return nil, nil, fmt.Errorf("%w: kind %q where a response was expected", ErrMalformed, kind)
+}
+
+// maxOffset bounds a resume offset: no message is larger.
+const maxOffset = 1 << 62
+
+// ParseResume parses a resume head.
+func ParseResume(head []byte) (*Resume, error) {
+	r, err := newReader(head, KindResume, "a resume")
+	if err != nil {
+		return nil, err
+	}
+	h := &Resume{ExchangeID: r.string("exchange id")}
+	off := r.uvarint("offset")
+	r.end()
+	if r.err == nil && off > maxOffset {
+		r.fail("offset")
+	}
+	if r.err == nil && h.ExchangeID == "" {
+		r.fail("empty exchange id")
+	}
+	h.Offset = int64(off)
+	return h, r.err
+}
+
+// ParseResumeAnswer parses the origin's answer to a resume: a continue head, or an error.
+func ParseResumeAnswer(head []byte) (*Continue, *Error, error) {
+	kind, err := KindOf(head)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kind == KindError {
+		_, e, err := ParseResponse(head)
+		return nil, e, err
+	}
+	r, err := newReader(head, KindContinue, "a continue or an error")
+	if err != nil {
+		return nil, nil, err
+	}
+	off := r.uvarint("offset")
+	r.end()
+	if r.err == nil && off > maxOffset {
+		r.fail("offset")
+	}
+	return &Continue{Offset: int64(off)}, nil, r.err
 }
