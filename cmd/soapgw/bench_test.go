@@ -113,7 +113,7 @@ func TestBenchUsageErrors(t *testing.T) {
 func TestBenchList(t *testing.T) {
 	code, stdout, stderr := runCLI(t, "bench", "--list")
 	require.Equal(t, exitOK, code, stderr)
-	for _, want := range []string{"loopback", "stress", "northwind", "fixml-10", "nginx-pair", "soapgw/token", "soapgw-udp/token", "soapgw-udp-redundant/auto"} {
+	for _, want := range []string{"loopback", "stress", "northwind", "fixml-10", "attachment-200k", "attachment-2m", "nginx-pair", "soapgw/token", "soapgw-udp/token", "soapgw-udp-redundant/auto"} {
 		require.Contains(t, stdout, want)
 	}
 	var buf bytes.Buffer

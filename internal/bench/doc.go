@@ -14,9 +14,12 @@
 //     nginx-pair (Debian's nginx on both sides with keep-alive and gzip; templates in
 //     nginx/*.conf.tmpl) and soapgw/<codec> (the soapgw binary as edge and origin). A
 //     configuration that cannot run here returns an error wrapping ErrSkipped.
-//   - Scenarios come from testdata/gen: deploy and stress (seed 000), weather-simple and
-//     weather-detailed (seed 004), fixml-1/5/10 (seed 001, gen's fixml messages filtered
-//     by entry count), northwind (seed 002) and charging (seed 003).
+//   - Scenarios come from internal/trafficgen: deploy and stress (seed 000), weather-simple
+//     and weather-detailed (seed 004), fixml-1/5/10 (seed 001, the fixml messages filtered
+//     by entry count), northwind (seed 002) and charging (seed 003); attachment-200k and
+//     attachment-2m (issue 17, not a seed: binary documents inline as base64 of
+//     pseudo-random bytes, about 200 KB and 2 MB a response, incompressible beyond the
+//     base64) for slow links with large messages.
 //   - The client (CallOnce) is a legacy HTTP/1.0 stack: a TCP connection per call, the
 //     whole request in one write, the response read to its end and compared byte for
 //     byte with the generated response. The ReplayServer, in the server site, finds the

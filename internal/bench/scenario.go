@@ -88,8 +88,25 @@ func Scenarios() []ScenarioSpec {
 			Path:        "/axis/servlet/rpcrouter", UserAgent: "Axis/beta1",
 			SOAPAction: func(c Call) string { return `"urn:Charging#` + c.Name + `"` }, MaxCalls: 1000,
 			ApproxRequest: 520, ApproxResponse: 480},
+		{Name: "attachment-200k", Family: "attachment-200k", Source: attachmentSource,
+			Description: "ASP.NET GetDocument: 430-byte request, 190-210 KB response, a binary attachment (PDF, JPEG, TIFF, DOCX) inline as xsd:base64Binary",
+			Path:        documentPath, UserAgent: dotnet20, SOAPAction: getDocumentAction, MaxCalls: 64,
+			ApproxRequest: 430, ApproxResponse: 200_000},
+		{Name: "attachment-2m", Family: "attachment-2m", Source: attachmentSource,
+			Description: "ASP.NET GetDocument: 430-byte request, 1.9-2.1 MB response, a binary attachment (PDF, JPEG, TIFF, DOCX) inline as xsd:base64Binary",
+			Path:        documentPath, UserAgent: dotnet20, SOAPAction: getDocumentAction, MaxCalls: 16,
+			ApproxRequest: 430, ApproxResponse: 2_000_000},
 	}
 }
+
+// The attachment scenarios' document service, called by a .NET 2.0 client.
+const (
+	attachmentSource = `issue 17, "200 KB and 2 MB incompressible messages"`
+	documentPath     = "/DocumentService/DocumentService.asmx"
+	dotnet20         = "Mozilla/4.0 (compatible; MSIE 6.0; MS Web Services Client Protocol 2.0.50727.3603)"
+)
+
+func getDocumentAction(Call) string { return `"http://docs.example.com/DocumentService/GetDocument"` }
 
 // ScenarioNames lists the names of Scenarios.
 func ScenarioNames() []string {

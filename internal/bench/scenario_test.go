@@ -11,7 +11,7 @@ func TestScenariosLoadDeterministically(t *testing.T) {
 	for _, spec := range Scenarios() {
 		t.Run(spec.Name, func(t *testing.T) {
 			n := 12
-			if spec.Name == "northwind" {
+			if spec.ApproxResponse > 100_000 { // northwind, the attachments
 				n = 2
 			}
 			a, err := LoadScenario(spec.Name, n, 1)
@@ -52,6 +52,23 @@ func TestScenarioSizesMatchThePapers(t *testing.T) {
 	for _, c := range s.Calls {
 		require.Greater(t, len(c.Response), 100_000)
 	}
+}
+
+func TestAttachmentScenario(t *testing.T) {
+	s, err := LoadScenario("attachment-200k", 3, 1)
+	require.NoError(t, err)
+	require.Len(t, s.Calls, 3)
+	for i, c := range s.Calls {
+		require.Equal(t, "GetDocument", c.Name)
+		require.InDelta(t, 430, len(c.Request), 50, "call %d", i)
+		require.InDelta(t, 200_000, len(c.Response), 10_000, "call %d", i)
+		h := s.requestHeaders("10.0.0.2:80", i)
+		require.Contains(t, h, [2]string{"SOAPAction", `"http://docs.example.com/DocumentService/GetDocument"`})
+		require.Contains(t, h, [2]string{"Content-Type", "text/xml; charset=utf-8"})
+		req := appendRequest(nil, s.spec.Path, h, c.Request)
+		require.True(t, bytes.HasPrefix(req, []byte("POST /DocumentService/DocumentService.asmx HTTP/1.0\r\n")))
+	}
+	require.NotEqual(t, s.Calls[0].Response, s.Calls[1].Response)
 }
 
 func TestScenarioErrors(t *testing.T) {
