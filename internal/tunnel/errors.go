@@ -49,8 +49,16 @@ func (e *StreamError) Error() string {
 // Retryable reports whether the peer provably did not process the stream.
 func (e *StreamError) Retryable() bool { return e.Code == frame.CodeRefused }
 
+// ResetByPeer reports whether the peer reset the stream: it abandoned the exchange (a
+// refusal is not that: the peer never took it).
+func (e *StreamError) ResetByPeer() bool { return e.Remote && e.Code != frame.CodeRefused }
+
 // ChecksumError reports a message whose bytes did not match the CRC-32C its sender computed.
 type ChecksumError struct{ Want, Got uint32 }
+
+// Corrupted marks the error as a message damaged on the way: it is not resumed (part of
+// it may have been passed on already).
+func (e *ChecksumError) Corrupted() bool { return true }
 
 func (e *ChecksumError) Error() string {
 	return fmt.Sprintf("tunnel: message checksum mismatch: sender 0x%08x, received 0x%08x", e.Want, e.Got)

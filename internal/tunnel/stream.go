@@ -60,6 +60,7 @@ type Stream struct {
 	// streams nobody watches pay nothing. failedSet: fail ran.
 	failed    chan struct{}
 	failedSet bool
+	failErr   error // why it failed (Err)
 
 	// coding
 	encoding     Encoding // from SetEncoding
@@ -130,6 +131,16 @@ func (st *Stream) Done() <-chan struct{} {
 		}
 	}
 	return st.failed
+}
+
+// Err is why the stream failed once Done is closed (nil before): a *StreamError for a
+// reset (ResetByPeer tells who), or the session's error when its connection was lost.
+// The origin keeps running an exchange whose connection was lost, so that the edge can
+// collect its response on another one, and stops one the edge reset.
+func (st *Stream) Err() error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.failErr
 }
 
 func signal(c chan struct{}) {
@@ -558,7 +569,7 @@ func (st *Stream) fail(err error, sendRST bool) {
 	}
 	st.chunks = nil
 	if !st.failedSet {
-		st.failedSet = true
+		st.failedSet, st.failErr = true, err
 		if st.failed != nil {
 			close(st.failed)
 		}

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -62,6 +63,8 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("Done not closed after the peer reset the stream")
 		}
+		var rp interface{ ResetByPeer() bool }
+		require.True(t, errors.As(sst.Err(), &rp) && rp.ResetByPeer(), "Err after the edge's reset: %v", sst.Err())
 		_, err = sst.Read(make([]byte, 1))
 		require.ErrorIs(t, err, io.EOF, "the request itself stays complete")
 		require.Error(t, sst.CloseWrite(), "the response cannot be sent")
@@ -78,6 +81,27 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		default:
 			t.Fatal("Done of a failed stream not closed")
 		}
+		require.False(t, errors.As(sst.Err(), &rp) && rp.ResetByPeer(), "a local reset is not the peer's: %v", sst.Err())
 		_ = cst.Close()
+
+		// The connection lost: Done, and Err says it was not the peer's reset (the origin
+		// keeps such an exchange running for the edge to collect).
+		cst, err = c.OpenStream(ctx)
+		require.NoError(t, err)
+		_, err = cst.Write([]byte("req"))
+		require.NoError(t, err)
+		require.NoError(t, cst.CloseWrite())
+		sst, err = s.AcceptStream(ctx)
+		require.NoError(t, err)
+		_, err = io.ReadAll(sst)
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		select {
+		case <-sst.Done():
+		case <-ctx.Done():
+			t.Fatal("Done not closed after the connection was lost")
+		}
+		require.Error(t, sst.Err())
+		require.False(t, errors.As(sst.Err(), &rp) && rp.ResetByPeer(), "a lost connection is not a reset: %v", sst.Err())
 	})
 }
