@@ -98,9 +98,15 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	}
 	defer func() { <-o.inflight }()
 	x.start = start
-	ctx, cancel := context.WithDeadline(ctx, start.Add(o.limits().ExchangeTimeout))
+	x.deadline = start.Add(o.limits().ExchangeTimeout)
+	ctx, cancel := context.WithDeadline(ctx, x.deadline)
 	defer cancel()
 
+	// A body the upstream must get with a Content-Length is read whole first: one over
+	// the limit is refused before the upstream sees a byte of it, or a connection.
+	if !o.readBody(st, x, sbr) {
+		return
+	}
 	uc, err := x.pool.get(ctx)
 	if err != nil {
 		up := x.pool.up
@@ -131,6 +137,40 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	}
 }
 
+// readBody reads a chunked request body whole when the upstream gets it with a
+// Content-Length (x.body), and refuses a body over limits.max_request_bytes, announced or
+// read, before the upstream is called. When it fails it has answered the edge (or logged
+// why it could not) and reports false.
+func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool {
+	req, up, limit := x.req, x.pool.up, o.limits().MaxRequestBytes
+	if req.ContentLength > limit {
+		o.tooLarge(st, x, nil)
+		return false
+	}
+	if req.ContentLength >= 0 || up.streamsChunked() {
+		return true
+	}
+	b, err := readAllLimit(sbr, limit)
+	switch {
+	case errors.Is(err, errTooLarge):
+		o.tooLarge(st, x, err)
+		return false
+	case err != nil:
+		// The request did not arrive whole from the tunnel (edge reset it, checksum).
+		o.log.Warn("request from tunnel incomplete; upstream not called", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)
+		o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
+		return false
+	}
+	x.body, x.buffered = b, true
+	return true
+}
+
+// tooLarge answers a request whose body is over limits.max_request_bytes.
+func (o *Origin) tooLarge(st Stream, x *originExchange, err error) {
+	o.fail(st, x.start, x.req.ExchangeID, x.pool.up.Name, x.op, &gatewayError{Status: 413, Cause: causeTooLarge,
+		Message: fmt.Sprintf("soapgw: request body exceeds the limit of %d bytes at origin %q", o.limits().MaxRequestBytes, o.cfg.Node)}, err)
+}
+
 // originExchange is one exchange at the origin, from the request head on.
 type originExchange struct {
 	req          *requestHead
@@ -138,6 +178,9 @@ type originExchange struct {
 	upstreamName string // as the edge asked, for metrics and faults before pool is known
 	pool         *upstreamPool
 	start        time.Time
+	deadline     time.Time // start + limits.exchange_timeout
+	body         []byte    // a chunked body read whole (buffered), sent with Content-Length
+	buffered     bool
 }
 
 func (x *originExchange) id() string {
@@ -181,9 +224,9 @@ func (o *Origin) admit(st Stream, sbr *bufio.Reader) (*originExchange, *gatewayE
 // it fails it has answered the edge (or logged why it could not) and reports !ok.
 func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, sbr *bufio.Reader) (resp *httpwire.Response, ok bool) {
 	req, up := x.req, x.pool.up
-	if err := o.sendRequest(uc, req, sbr); err != nil {
+	if err := o.sendRequest(uc, x, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
-			o.fail(st, x.start, req.ExchangeID, up.Name, x.op, &gatewayError{Status: 413, Cause: causeTooLarge, Message: "soapgw: " + err.Error()}, err)
+			o.tooLarge(st, x, err) // streamed chunked (chunked: true): cut without its last chunk
 			return nil, false
 		}
 		if !errors.Is(err, errUpstreamWrite) {
@@ -306,10 +349,20 @@ func unwrapOp(err error) error {
 
 var errUpstreamWrite = errors.New("writing to upstream")
 
+// streamsChunked reports whether a request body of unknown length is streamed to this
+// upstream with chunked framing: only when the operator says it accepts chunked bodies
+// (chunked: true) and it speaks HTTP/1.1. Otherwise the origin reads the body whole and
+// sends it with a Content-Length, which every HTTP/1.x server understands, from the
+// first call on: an HTTP/1.0 server, or a 1.1 one in front of a stack that only reads
+// Content-Length (common for old SOAP servers), would otherwise fail the call.
+func (u *Upstream) streamsChunked() bool { return u.Chunked && !u.HTTP10 }
+
 // sendRequest writes the request to the upstream: the head as the client sent it (minus
-// hop-by-hop fields), then the body with the framing the upstream accepts.
-func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Reader) error {
-	up := uc.pool.up
+// hop-by-hop fields), then the body with the framing the upstream accepts: x.body with a
+// Content-Length when readBody read it whole, chunked when the upstream takes chunked
+// bodies (streamsChunked), as the client framed it otherwise.
+func (o *Origin) sendRequest(uc *upstreamConn, x *originExchange, body *bufio.Reader) error {
+	up, req := uc.pool.up, x.req
 	h := req.Header
 	if up.RewriteHost {
 		h = h.Clone()
@@ -326,26 +379,18 @@ func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Rea
 		minor = 0
 		h = append(h, httpwire.Field{Name: "Connection", Value: "keep-alive"})
 	}
-	var buffered []byte
-	chunked := false
-	if req.ContentLength < 0 {
-		if up.HTTP10 || !up.Chunked {
-			// Legacy upstreams that cannot take chunked bodies get a Content-Length.
-			b, err := readAllLimit(body, o.limits().MaxRequestBytes)
-			if err != nil {
-				return err
-			}
-			buffered = b
-			h = append(h, httpwire.Field{Name: "Content-Length", Value: strconv.Itoa(len(b))})
-		} else {
-			chunked = true
-			h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
-		}
+	buffered := x.buffered
+	chunked := req.ContentLength < 0 && !buffered
+	switch {
+	case buffered:
+		h = append(h, httpwire.Field{Name: "Content-Length", Value: strconv.Itoa(len(x.body))})
+	case chunked:
+		h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 	}
-	_ = uc.conn.SetWriteDeadline(time.Now().Add(o.limits().ExchangeTimeout))
+	_ = uc.conn.SetWriteDeadline(x.deadline)
 	out := httpwire.AppendRequestHead(nil, req.Method, req.Target, minor, h)
-	if buffered != nil {
-		out = append(out, buffered...)
+	if buffered {
+		out = append(out, x.body...)
 	}
 	if _, err := uc.bw.Write(out); err != nil {
 		return fmt.Errorf("%w: %w", errUpstreamWrite, err)
@@ -353,13 +398,19 @@ func (o *Origin) sendRequest(uc *upstreamConn, req *requestHead, body *bufio.Rea
 	n := int64(len(out))
 	var err error
 	switch {
-	case buffered != nil:
+	case buffered:
 		err = drainEOF(body)
 	case chunked:
+		// Streamed as it arrives; the limit still holds. A body that passes it stops
+		// here without its last chunk, so the upstream never takes what it got for a
+		// whole request (its connection is closed).
 		cw := httpwire.NewChunkedWriter(uc.bw)
 		var c int64
-		c, err = copyBody(cw, body)
+		c, err = copyBody(cw, io.LimitReader(body, o.limits().MaxRequestBytes+1))
 		n += c
+		if err == nil && c > o.limits().MaxRequestBytes {
+			err = fmt.Errorf("%w: request body over %d bytes", errTooLarge, o.limits().MaxRequestBytes)
+		}
 		if err == nil {
 			err = cw.Close()
 		}
