@@ -101,6 +101,8 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	x.deadline = start.Add(o.limits().ExchangeTimeout)
 	ctx, cancel := context.WithDeadline(ctx, x.deadline)
 	defer cancel()
+	ctx, stopWatch := watchAbandon(ctx, st)
+	defer stopWatch()
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
 	// the limit is refused before the upstream sees a byte of it, or a connection.
@@ -110,6 +112,11 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	uc, err := x.pool.get(ctx)
 	if err != nil {
 		up := x.pool.up
+		if errors.Is(context.Cause(ctx), errAbandoned) {
+			o.log.Warn("exchange aborted while connecting to the upstream", "exchange", x.id(), "upstream", up.Name, "err", errAbandoned)
+			o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
+			return
+		}
 		o.fail(st, start, x.id(), up.Name, x.op, &gatewayError{Status: 502, Cause: causeUpstreamDown,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) unreachable: %v", up.Name, up.Address, unwrapOp(err))}, err)
 		return
@@ -119,8 +126,10 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			_ = uc.conn.Close()
 		}
 	}()
-	// When ctx ends (drain deadline passed, session gone) unblock the upstream call and
-	// the stream. A connection interrupted this way is never pooled.
+	// When ctx ends (exchange deadline or drain deadline passed, session gone, the edge
+	// abandoned the exchange) unblock the upstream call and the stream. A connection
+	// interrupted this way is never pooled: it is closed, so the upstream sees the call
+	// abandoned.
 	upConn := uc.conn
 	stopAbort := context.AfterFunc(ctx, func() {
 		_ = upConn.SetDeadline(time.Unix(1, 0))
@@ -135,6 +144,31 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if o.relayResponse(st, x, uc, resp, stopAbort) {
 		uc = nil // pooled or closed by relayResponse
 	}
+}
+
+// errAbandoned is the cause of an exchange's context when the edge reset its stream: its
+// client went away, or its exchange or drain deadline passed.
+var errAbandoned = errors.New("the edge abandoned the exchange (its client went away, or its deadline passed)")
+
+// watchAbandon returns ctx, cancelled with errAbandoned when st fails (the edge reset it)
+// if st can tell (tunnel streams: Done). Without it the origin would learn only when it
+// writes the response, and an upstream that takes minutes would keep its connection and
+// the exchange's slot all that time for nobody. stop ends the watch.
+func watchAbandon(ctx context.Context, st Stream) (_ context.Context, stop func()) {
+	d, ok := st.(interface{ Done() <-chan struct{} })
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := d.Done()
+	go func() {
+		select {
+		case <-done:
+			cancel(errAbandoned)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // readBody reads a chunked request body whole when the upstream gets it with a
@@ -240,7 +274,7 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 		o.log.Debug("upstream write failed; reading any early response", "exchange", req.ExchangeID, "err", err)
 	}
 
-	_ = uc.conn.SetReadDeadline(time.Now().Add(up.ResponseTimeout))
+	_ = uc.conn.SetReadDeadline(responseDeadline(up, time.Now(), x.deadline))
 	var err error
 	for {
 		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
@@ -262,21 +296,38 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 	return resp, true
 }
 
+// responseDeadline is when the origin stops waiting for the response head of a request
+// sent at sent: the exchange deadline, or the upstream's response_timeout after sent if
+// it has one (Upstream.ResponseTimeout > 0) that ends sooner. By default an upstream has
+// none, so a server may take as long as the exchange deadline allows (its client,
+// through the edge, decides how long it waits).
+func responseDeadline(up Upstream, sent, exchangeDeadline time.Time) time.Time {
+	if up.ResponseTimeout > 0 {
+		if t := sent.Add(up.ResponseTimeout); t.Before(exchangeDeadline) {
+			return t
+		}
+	}
+	return exchangeDeadline
+}
+
 // upstreamFailed answers an exchange whose upstream gave no response head: a timeout, a
 // bad response, or an abort that is not the upstream's fault.
 func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchange, err error) {
 	req, up := x.req, x.pool.up
 	if errors.Is(ctx.Err(), context.Canceled) {
 		// Not the upstream's fault: the exchange was aborted (its tunnel session
-		// died, the drain deadline passed) and its upstream call interrupted.
-		o.log.Warn("exchange aborted while waiting for the upstream", "exchange", req.ExchangeID, "upstream", up.Name, "err", context.Cause(ctx))
+		// died, the drain deadline passed, the edge abandoned it) and its upstream
+		// call interrupted; the upstream sees its connection closed.
+		o.log.Warn("exchange aborted while waiting for the upstream; upstream connection closed", "exchange", req.ExchangeID, "upstream", up.Name, "err", context.Cause(ctx))
 		o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
 		o.m.exchange("origin", up.Name, x.op, 502, "gateway_error", time.Since(x.start))
 		return
 	}
 	ge := &gatewayError{Status: 502, Cause: causeUpstreamBad,
 		Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.Is(err, os.ErrDeadlineExceeded) && up.ResponseTimeout <= 0) {
+		// The read deadline with no response_timeout is the exchange deadline; it may
+		// fire an instant before ctx's timer does.
 		ge = &gatewayError{Status: 504, Cause: causeTimeout,
 			Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.limits().ExchangeTimeout, up.Name)}
 	} else if errors.Is(err, os.ErrDeadlineExceeded) {

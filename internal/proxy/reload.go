@@ -72,12 +72,11 @@ func (o *Origin) newPools(ups []Upstream, old map[string]*upstreamPool) (map[str
 	return pools, nil
 }
 
+// withDefaults fills the connect and idle timeouts. ResponseTimeout stays as given: 0 (the
+// default) arms no deadline of its own for the response head, only the exchange's.
 func (u Upstream) withDefaults() Upstream {
 	if u.ConnectTimeout <= 0 {
 		u.ConnectTimeout = 5 * time.Second
-	}
-	if u.ResponseTimeout <= 0 {
-		u.ResponseTimeout = 30 * time.Second
 	}
 	if u.IdleTimeout <= 0 {
 		u.IdleTimeout = 60 * time.Second

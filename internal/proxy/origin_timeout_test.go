@@ -1,0 +1,117 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Timeouts no stricter than the client's (issue #17, item 5), at the origin: an upstream
+// has no response timeout of its own by default, only the exchange deadline; a configured
+// response_timeout still fires; an exchange the edge abandons ends the upstream call.
+
+// A server slower than the old 30 s default cannot wait in a unit test; what can be
+// checked is that by default nothing but the exchange deadline is armed for the response
+// head, and that a configured response_timeout is.
+func TestResponseDeadline(t *testing.T) {
+	require.Zero(t, Upstream{}.withDefaults().ResponseTimeout, "no response timeout by default")
+
+	sent := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	exchange := sent.Add(10 * time.Minute)
+	require.Equal(t, exchange, responseDeadline(Upstream{}.withDefaults(), sent, exchange), "default: the exchange deadline only")
+	require.Equal(t, sent.Add(30*time.Second), responseDeadline(Upstream{ResponseTimeout: 30 * time.Second}, sent, exchange))
+	require.Equal(t, exchange, responseDeadline(Upstream{ResponseTimeout: time.Hour}, sent, exchange), "never past the exchange deadline")
+}
+
+// The same upstream, 300 ms to answer: with the defaults the call succeeds; with
+// response_timeout 100ms it gets upstream_timeout; with no response_timeout but an
+// exchange deadline of 100 ms at the origin, timeout.
+func TestResponseTimeoutOnlyWhenConfigured(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	up := newUpstream(t, func(_ int, r upstreamReq) ([]byte, bool) {
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-release:
+		}
+		return []byte("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n<ok/>"), false
+	})
+	ups := []Upstream{
+		{Name: "default", Address: up.addr()},
+		{Name: "strict", Address: up.addr(), ResponseTimeout: 100 * time.Millisecond},
+	}
+	env := newEnv(t, envConfig{Upstreams: ups, Routes: []Route{
+		{PathPrefix: "/strict", Peer: "p", Upstream: "strict"},
+		{Peer: "p", Upstream: "default"},
+	}})
+
+	cl := env.dial()
+	cl.send(soapRequest(1, "/default", "", "<x/>"))
+	resp, body := cl.read("POST")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "<ok/>", string(body))
+
+	cl = env.dial()
+	cl.send(soapRequest(1, "/strict", "", "<x/>"))
+	f := cl.readFault()
+	require.Equal(t, causeUpstreamTimeout, f.cause)
+	require.Contains(t, f.text, "did not answer within 100ms")
+
+	require.NoError(t, env.origin.Reconfigure(ups, Limits{ExchangeTimeout: 100 * time.Millisecond}))
+	cl = env.dial()
+	cl.send(soapRequest(1, "/default", "", "<x/>"))
+	f = cl.readFault()
+	require.Equal(t, causeTimeout, f.cause)
+	require.Contains(t, f.text, "exchange deadline (100ms) passed")
+}
+
+// thinkingUpstream reads one request and then, like a server still computing its answer,
+// sends nothing; closed reports when the origin closes the connection.
+func thinkingUpstream(t *testing.T) (addr string, got, closed chan struct{}) {
+	got, closed = make(chan struct{}), make(chan struct{})
+	addr = rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readUntil(br, "<x/>"); err != nil {
+			return
+		}
+		close(got)
+		if _, err := io.Copy(io.Discard, br); err == nil { // EOF: the origin closed
+			close(closed)
+		}
+	})
+	return addr, got, closed
+}
+
+// When the edge resets the stream of an exchange whose request the origin has read whole
+// (its client went away, its deadline passed), the origin closes the upstream connection
+// at once (the server sees the call abandoned) and frees the exchange, long before its
+// exchange deadline.
+func TestOriginAbortsUpstreamCallWhenEdgeResets(t *testing.T) {
+	addr, got, closed := thinkingUpstream(t)
+	ups := []Upstream{{Name: "up", Address: addr}}
+	env := newEnv(t, envConfig{Upstreams: ups})
+	require.NoError(t, env.origin.Reconfigure(ups, Limits{ExchangeTimeout: time.Minute}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+	defer cancel()
+	st, err := env.cs.OpenStream(ctx)
+	require.NoError(t, err)
+	head := requestHead{ExchangeID: "abandoned-1", Upstream: "up", Method: "POST", Target: "/svc", ProtoMinor: 1, ContentLength: 4}
+	_, err = st.Write(append(head.Append(nil), "<x/>"...))
+	require.NoError(t, err)
+	require.NoError(t, st.CloseWrite())
+	<-got
+	require.Equal(t, 1, len(env.origin.inflight))
+	require.NoError(t, st.Close()) // unfinished: RST_STREAM
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("the upstream connection stayed open after the edge abandoned the exchange")
+	}
+	require.Eventually(t, func() bool { return len(env.origin.inflight) == 0 }, testDeadline, time.Millisecond,
+		"the exchange still holds its slot at the origin")
+}
