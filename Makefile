@@ -9,7 +9,7 @@ build:
 
 # What the tests need from the system first (test-deps), then every package with the race
 # detector, the end-to-end tests that run the built binary against real peers (Python
-# zeep/spyne from Debian, Prometheus, nginx), and the allocation tests without -race. The
+# zeep/spyne/suds from Debian, Prometheus, nginx), and the allocation tests without -race. The
 # e2e package runs on its own so that its real processes do not share the 2 cores with
 # the heaviest unit tests (xmltok's sync test, the tunnel stress tests) running beside it.
 # With CI set (as .ci/run runs), a test whose dependency is missing fails instead of

@@ -13,7 +13,8 @@ import (
 
 // TestEdgeRejectsNonSOAP: requests only a forward proxy is sent (CONNECT, absolute- and
 // authority-form targets), HTTP/1.1 without Host and a malformed chunked body get the
-// documented 4xx Fault from the real edge; neither the upstream nor a listener standing
+// documented Fault from the real edge (a SOAP 1.1 Fault: status 500, the HTTP-semantic
+// 4xx in X-Soapgw-Status, soap:Client); neither the upstream nor a listener standing
 // in for another host sees a connection.
 func TestEdgeRejectsNonSOAP(t *testing.T) {
 	srv := taUpstream(t)
@@ -48,8 +49,10 @@ func TestEdgeRejectsNonSOAP(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := string(rawExchange(t, a.Edge, []byte(tc.raw), 10*time.Second))
-			require.True(t, strings.HasPrefix(resp, "HTTP/1.1 "+tc.status+" "), "%q", resp)
+			require.True(t, strings.HasPrefix(resp, "HTTP/1.1 500 "), "%q", resp)
+			require.Contains(t, resp, "X-Soapgw-Status: "+tc.status+"\r\n")
 			require.Contains(t, resp, "X-Soapgw-Error: "+tc.cause+"\r\n")
+			require.Contains(t, resp, "<faultcode>soap:Client</faultcode>")
 			require.Contains(t, resp, "<faultstring>", "a SOAP Fault the client's stack can parse")
 		})
 	}

@@ -283,16 +283,38 @@ func frParseFault(body []byte, v12 bool) (frFault, error) {
 	return frFault{Code: e.Fault.Code, Reason: e.Fault.String, Cause: e.Fault.Err.Cause, Exchange: e.Fault.Err.Exchange}, nil
 }
 
-// frCheckFault verifies a gateway-made error: status, X-Soapgw-Error, Content-Type and
-// fault code of the client's SOAP version, the cause in the detail and a faultstring /
-// Reason containing every string of reason. It returns the error instead of failing, so
-// it can run in goroutines.
+// frCheckFault verifies a gateway-made error as an edge with the default
+// limits.fault_status (soap) sends it: the SOAP binding's status line (500; 400 for a SOAP
+// 1.2 env:Sender Fault), X-Soapgw-Status carrying status (the HTTP-semantic status),
+// X-Soapgw-Error, Content-Type and fault code of the client's SOAP version, the cause in
+// the detail and a faultstring / Reason containing every string of reason. It returns the
+// error instead of failing, so it can run in goroutines.
 func frCheckFault(r *frResp, status int, cause string, v12 bool, reason ...string) error {
+	return frCheckFaultMode(r, "soap", status, cause, v12, reason...)
+}
+
+// frFaultLine is the status line of a gateway Fault of HTTP-semantic status status, in
+// limits.fault_status mode ("soap" or "http").
+func frFaultLine(mode string, status int, v12 bool) int {
+	switch {
+	case mode == "http":
+		return status
+	case v12 && status >= 400 && status < 500:
+		return 400
+	}
+	return 500
+}
+
+// frCheckFaultMode is frCheckFault for an edge in limits.fault_status mode.
+func frCheckFaultMode(r *frResp, mode string, status int, cause string, v12 bool, reason ...string) error {
 	if r == nil {
 		return errors.New("no response")
 	}
-	if r.Status != status {
-		return fmt.Errorf("status %d, want %d: %s", r.Status, status, r)
+	if got := r.Get("X-Soapgw-Status"); got != strconv.Itoa(status) {
+		return fmt.Errorf("X-Soapgw-Status %q, want %d: %s", got, status, r)
+	}
+	if want := frFaultLine(mode, status, v12); r.Status != want {
+		return fmt.Errorf("status %d, want %d (fault_status %s, HTTP-semantic %d): %s", r.Status, want, mode, status, r)
 	}
 	if got := r.Get("X-Soapgw-Error"); got != cause {
 		return fmt.Errorf("X-Soapgw-Error %q, want %q: %s", got, cause, r)
@@ -684,7 +706,8 @@ func TestFailureModes(t *testing.T) {
 		addr, edge := frStartEdge(t, a.Tunnel, []frRoute{{"", "svc"}}, "")
 		r, err := frExchange(addr, []byte("POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"), 10*time.Second)
 		require.NoError(t, err)
-		require.Equal(t, 400, r.Status, "%s", r)
+		require.Equal(t, 500, r.Status, "a SOAP 1.1 Fault: %s", r)
+		require.Equal(t, "400", r.Get("X-Soapgw-Status"))
 		require.Equal(t, "bad_request", r.Get("X-Soapgw-Error"))
 		require.Equal(t, "close", r.Get("Connection"))
 		f, err := frParseFault(r.Body, false)

@@ -80,7 +80,7 @@ func (ca *testCA) issue(t *testing.T, dir, name string, server bool) (certPath, 
 // TestMutualTLSTunnel: with origin.tls (and a client CA) and edge peers[].tls, exchanges
 // cross an authenticated, encrypted tunnel byte for byte; an edge without a client
 // certificate, or one that does not trust the origin's CA, cannot open a tunnel and its
-// clients get a 503 Fault that names the TLS failure.
+// clients get an origin_unreachable Fault (X-Soapgw-Status 503) that names the TLS failure.
 func TestMutualTLSTunnel(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, dir, "soapgw-test")
@@ -144,7 +144,8 @@ func TestMutualTLSTunnel(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			require.True(t, strings.HasPrefix(string(resp), "HTTP/1.0 503 "), "%q", resp)
+			require.True(t, strings.HasPrefix(string(resp), "HTTP/1.0 500 "), "%q", resp)
+			require.Contains(t, string(resp), "X-Soapgw-Status: 503\r\n")
 			require.Contains(t, string(resp), "X-Soapgw-Error: origin_unreachable")
 			require.Contains(t, string(resp), tc.want)
 			code, _ := httpGet("http://" + bad.EdgeAdmin + "/readyz")

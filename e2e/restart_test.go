@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,7 +183,8 @@ func TestRestartNoCorruption(t *testing.T) {
 				if f, err := frParseFault(r.Body, v12); err == nil {
 					rec.reason = f.Reason + " (exchange " + f.Exchange + ")"
 				}
-				if ferr := frCheckFault(r, r.Status, r.Get("X-Soapgw-Error"), v12); ferr != nil || !r.Has("X-Soapgw-Error") {
+				semantic, _ := strconv.Atoi(r.Get("X-Soapgw-Status"))
+				if ferr := frCheckFault(r, semantic, r.Get("X-Soapgw-Error"), v12); ferr != nil || !r.Has("X-Soapgw-Error") {
 					rec.kind = "wrong"
 					rec.detail = fmt.Sprintf("non-200 that is not a gateway fault (%v): %s", ferr, r)
 				}

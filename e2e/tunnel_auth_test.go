@@ -496,7 +496,8 @@ func taRequireRefused(t *testing.T, o *taGateway, srv *recordingServer, busy boo
 		if c, err := net.DialTimeout("tcp", e.addr, time.Second); err == nil {
 			_ = c.Close()
 			resp, _ = taCall(e.addr, marker)
-			ok := strings.HasPrefix(resp, "HTTP/1.0 503 ") && strings.Contains(resp, "\r\nX-Soapgw-Error: origin_unreachable\r\n")
+			ok := strings.HasPrefix(resp, "HTTP/1.0 500 ") && strings.Contains(resp, "\r\nX-Soapgw-Status: 503\r\n") &&
+				strings.Contains(resp, "\r\nX-Soapgw-Error: origin_unreachable\r\n")
 			for _, s := range edgeSays {
 				ok = ok && strings.Contains(resp, s)
 			}

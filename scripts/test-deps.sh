@@ -4,6 +4,8 @@
 # fresh Debian machine by itself.
 #
 #   python3-zeep, python3-spyne  real SOAP stacks (e2e/zeep_test.go), run with /usr/bin/python3
+#   python3-suds                 a SOAP 1.1 client that reads a Fault on HTTP 500 only
+#                                (e2e/gateway_faults_test.go)
 #   prometheus (with promtool)   e2e/prometheus_test.go: dashboard, alert rules, /metrics lint
 #   nginx                        the nginx-pair configuration of soapgw bench (internal/bench)
 #   iproute2                     ip netns for the link emulator (internal/linkemu)
@@ -12,6 +14,7 @@ set -euo pipefail
 
 missing_apt=()
 /usr/bin/python3 -c 'import zeep, spyne' 2>/dev/null || missing_apt+=(python3-zeep python3-spyne)
+/usr/bin/python3 -c 'import suds' 2>/dev/null || missing_apt+=(python3-suds)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing_apt+=(nginx)
 command -v ip >/dev/null || missing_apt+=(iproute2)
 command -v make >/dev/null || missing_apt+=(make)

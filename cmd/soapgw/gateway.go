@@ -360,7 +360,16 @@ func proxyLimits(l config.Limits) proxy.Limits {
 		MaxConcurrentExchanges: l.MaxConcurrentExchanges,
 		MaxClientConnections:   l.MaxClientConnections,
 		AllowAbsoluteForm:      l.AllowAbsoluteForm,
+		FaultStatus:            proxyFaultStatus(l.FaultStatus),
 	}
+}
+
+// proxyFaultStatus maps limits.fault_status (validated: "soap" or "http") to the proxy's.
+func proxyFaultStatus(s string) proxy.FaultStatus {
+	if s == config.FaultStatusHTTP {
+		return proxy.FaultStatusHTTP
+	}
+	return proxy.FaultStatusSOAP
 }
 
 func (g *gateway) serve(what string, f func() error) {

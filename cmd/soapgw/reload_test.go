@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/config"
+	"github.com/soapgw/soapgw/internal/proxy"
 )
 
 // reloadBase is a configuration with both roles, as config.Parse would return it.
@@ -28,6 +29,15 @@ origin:
 
 const testKey = "nKixSKzhh4RsndIJql94OdeHY7xbBsz6ke/Wy85ks/M="
 
+func TestProxyLimitsFaultStatus(t *testing.T) {
+	c := reloadBase(t)
+	require.Equal(t, proxy.FaultStatusSOAP, proxyLimits(c.Limits).FaultStatus, "the default")
+	c.Limits.FaultStatus = config.FaultStatusHTTP
+	require.Equal(t, proxy.FaultStatusHTTP, proxyLimits(c.Limits).FaultStatus)
+	c.Limits.FaultStatus = config.FaultStatusSOAP
+	require.Equal(t, proxy.FaultStatusSOAP, proxyLimits(c.Limits).FaultStatus)
+}
+
 func TestNeedsRestartNamesOnlyWhatDoesNotReloadLive(t *testing.T) {
 	for name, tc := range map[string]struct {
 		change func(c *config.Config)
@@ -37,6 +47,7 @@ func TestNeedsRestartNamesOnlyWhatDoesNotReloadLive(t *testing.T) {
 		"routes":                {func(c *config.Config) { c.Edge.Routes[0].PathPrefix = "/x/" }, nil},
 		"upstreams":             {func(c *config.Config) { c.Origin.Upstreams[0].URL = "http://127.0.0.1:9" }, nil},
 		"limits":                {func(c *config.Config) { c.Limits.ExchangeTimeout = time.Second }, nil},
+		"fault status":          {func(c *config.Config) { c.Limits.FaultStatus = config.FaultStatusHTTP }, nil},
 		"concurrency semaphore": {func(c *config.Config) { c.Limits.MaxConcurrentExchanges = 3 }, []string{"limits"}},
 		"listeners":             {func(c *config.Config) { c.Edge.Listeners[0].Listen = "127.0.0.1:1" }, []string{"edge"}},
 		"peer address":          {func(c *config.Config) { c.Edge.Peers[0].Address = "127.0.0.1:1" }, []string{"edge"}},

@@ -21,6 +21,9 @@ var Transports = []string{TransportTCP, TransportUDP}
 // Fallbacks lists the values accepted by [Peer.Fallback].
 var Fallbacks = []string{"", TransportTCP}
 
+// FaultStatuses lists the values accepted by [Limits.FaultStatus].
+var FaultStatuses = []string{FaultStatusSOAP, FaultStatusHTTP}
+
 // Values of enumerated fields.
 const (
 	TransportTCP = "tcp"
@@ -36,6 +39,11 @@ const (
 	HostHeaderPreserve = "preserve"
 	// HostHeaderUpstream rewrites Host to the host[:port] of Upstream.URL.
 	HostHeaderUpstream = "upstream"
+
+	// FaultStatusSOAP sends gateway Faults with the SOAP bindings' status.
+	FaultStatusSOAP = "soap"
+	// FaultStatusHTTP sends gateway Faults with the HTTP-semantic status.
+	FaultStatusHTTP = "http"
 )
 
 // Config is the whole configuration of one soapgw process. At least one of
@@ -101,6 +109,17 @@ type Limits struct {
 	// forward proxy; they are routed by the URI's host and path and forwarded
 	// unchanged. Default: false (400 Fault: soapgw is not a forward proxy).
 	AllowAbsoluteForm bool `yaml:"allow_absolute_form"`
+	// FaultStatus is the HTTP status of the SOAP Faults the gateway makes
+	// itself; one of [FaultStatuses]. "soap": the SOAP HTTP bindings' status,
+	// which every SOAP stack reads a Fault from: 500 for every SOAP 1.1 Fault,
+	// and for SOAP 1.2 400 (env:Sender, the client's fault) or 500
+	// (env:Receiver). "http": the HTTP-semantic status (502, 503, 504, 413,
+	// 404, ...) for load balancers and scripts that act on it. Either way
+	// the HTTP-semantic status is in the X-Soapgw-Status header and the cause
+	// in X-Soapgw-Error; server responses are never changed. Only the edge
+	// renders Faults (the origin reports its errors to the edge), so only
+	// an edge's setting matters. Reloaded on SIGHUP. Default: "soap".
+	FaultStatus string `yaml:"fault_status"`
 }
 
 // CodecConfig tunes the message codecs. Which codec a message uses is chosen
@@ -408,6 +427,7 @@ func Default() *Config {
 			MaxConcurrentExchanges: 4096,
 			IdleTimeout:            90 * time.Second,
 			MaxClientConnections:   10000,
+			FaultStatus:            FaultStatusSOAP,
 		},
 		Codecs: CodecConfig{
 			GzipLevel:       6,

@@ -355,7 +355,7 @@ func TestParseDefaults(t *testing.T) {
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,
 			ExchangeTimeout: 60 * time.Second, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
-			MaxClientConnections: 10000,
+			MaxClientConnections: 10000, FaultStatus: "soap",
 		},
 		Codecs: CodecConfig{
 			GzipLevel: 6, ZstdLevel: 3, ZstdDictionary: "builtin", TokenDictionary: 1 << 20,
@@ -378,7 +378,7 @@ func TestParseExplicitValuesOverrideDefaults(t *testing.T) {
 		"node:", // null keeps the default
 		"drain_timeout: 0s",
 		"admin: {listen: '127.0.0.1:9100', pprof: true}",
-		"limits: {max_header_bytes: 1048576, exchange_timeout: 1m30s}",
+		"limits: {max_header_bytes: 1048576, exchange_timeout: 1m30s, fault_status: http}",
 	)[1:]...))
 	require.NoError(t, err)
 	require.Equal(t, Default().Node, c.Node)
@@ -387,6 +387,7 @@ func TestParseExplicitValuesOverrideDefaults(t *testing.T) {
 	require.Equal(t, MiB, c.Limits.MaxHeaderBytes)
 	require.Equal(t, 90*time.Second, c.Limits.ExchangeTimeout)
 	require.Equal(t, 32*MiB, c.Limits.MaxRequestBytes)
+	require.Equal(t, FaultStatusHTTP, c.Limits.FaultStatus)
 }
 
 func TestParseAnchorsAndMergeKeys(t *testing.T) {

@@ -115,6 +115,7 @@ limits:
   idle_timeout: 1m30s
   max_client_connections: 10000
   allow_absolute_form: false
+  fault_status: soap
 codecs:
   gzip_level: 6
   zstd_level: 3

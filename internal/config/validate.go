@@ -69,6 +69,7 @@ func (l *Limits) validate(errs *errorList) {
 	if l.MaxClientConnections < 1 {
 		errs.add("limits.max_client_connections", "must be at least 1, got %d", l.MaxClientConnections)
 	}
+	checkOneOf(errs, "limits.fault_status", "fault status", l.FaultStatus, FaultStatuses)
 }
 
 func (e *EdgeConfig) validate(errs *errorList) {

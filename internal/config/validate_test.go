@@ -84,6 +84,22 @@ func TestParseValidationErrors(t *testing.T) {
 				"x.yaml:19: limits.idle_timeout: must be greater than 0",
 			},
 		},
+		{
+			name: "unknown fault status",
+			yaml: doc(append(edgeDoc,
+				"limits:",              // 12
+				"  fault_status: HTTP", // 13
+			)...),
+			want: []string{`x.yaml:14: limits.fault_status: unknown fault status "HTTP" (allowed: soap, http)`},
+		},
+		{
+			name: "empty fault status",
+			yaml: doc(append(edgeDoc,
+				"limits:",            // 12
+				`  fault_status: ""`, // 13
+			)...),
+			want: []string{`x.yaml:14: limits.fault_status: unknown fault status "" (allowed: soap, http)`},
+		},
 		// Edge listeners.
 		{
 			name: "missing listener fields point at the list item",

@@ -80,7 +80,7 @@ type Response struct {
 // Error is an error the origin reports instead of a response; the edge renders it as a
 // SOAP Fault in the client's SOAP version.
 type Error struct {
-	Status  int
+	Status  int    // HTTP-semantic (502, 504, ...); the edge picks the status line (proxy.FaultStatus)
 	Cause   string // stable, low-cardinality cause used in metrics and X-Soapgw-Error
 	Message string // human-readable, names the cause
 }

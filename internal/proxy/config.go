@@ -46,6 +46,12 @@ type Limits struct {
 	// to go through a forward proxy; the target is forwarded as the client sent it and
 	// routed by its host and path. Default false: such requests get 400.
 	AllowAbsoluteForm bool
+	// FaultStatus is the HTTP status line of the gateway's own SOAP Faults: the SOAP
+	// bindings' 500/400 (FaultStatusSOAP, the zero value and default) or the
+	// HTTP-semantic status (FaultStatusHTTP). The statuses named on these fields are the
+	// HTTP-semantic ones, always in the Fault's X-Soapgw-Status field. Only the edge
+	// renders Faults (the origin sends its errors to the edge), so it matters there.
+	FaultStatus FaultStatus
 }
 
 func (l Limits) withDefaults() Limits {

@@ -17,8 +17,8 @@
 //	              Origin.ServeStream ── upstream configured? (else Fault: no open proxy)
 //	                   │  pooled keep-alive conn (liveness-checked), HTTP/1.1 or 1.0
 //	                   ▼
-//	server ◄──TCP── head as the client sent it + body (chunked or Content-Length as the
-//	                upstream accepts)
+//	server ◄──TCP── head as the client sent it + body (a chunked one read whole first and
+//	                sent with Content-Length, unless the upstream is set to take chunks)
 //	server ──TCP──► httpwire.ReadResponse (1xx skipped) → responseHead + streamed body
 //	    ═══════════════╪══════════════ tunnel ═══════════════════════════════════════════
 //	                   ▼
@@ -34,8 +34,10 @@
 // not known, Connection: keep-alive/close for the hop's persistence.
 //
 // Errors the gateway makes are SOAP Faults in the client's SOAP version (1.1 soap:Server,
-// 1.2 env:Receiver; Client/Sender for 4xx) with 502/503/504/413, a faultstring naming the
-// cause and an X-Soapgw-Error header. An exchange is retried only when the tunnel refused
+// 1.2 env:Receiver; Client/Sender when the HTTP-semantic status is a 4xx), with a
+// faultstring naming the cause, an X-Soapgw-Error header and the HTTP-semantic status
+// (502/503/504/413/...) in X-Soapgw-Status; the status line is the SOAP binding's (500, or
+// 400 for env:Sender) or the HTTP-semantic one, as Limits.FaultStatus says (fault.go). An exchange is retried only when the tunnel refused
 // it before the origin saw it (stream refused, GOAWAY), which is the one case where the
 // server provably never received the request.
 package proxy

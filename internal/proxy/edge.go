@@ -156,10 +156,10 @@ func (e *Edge) Serve(ln net.Listener, name string) error {
 	}
 }
 
-// refuseConn answers a client connection beyond MaxClientConnections with a 503 Fault and
-// closes it. The answer is written by a goroutine with a short deadline, at most
-// maxRefusing at once (beyond that the connection is just closed), so a flood of
-// connections can neither block the accept loop nor pile up goroutines.
+// refuseConn answers a client connection beyond MaxClientConnections with a Fault (503 in
+// FaultStatusHTTP) and closes it. The answer is written by a goroutine with a short
+// deadline, at most maxRefusing at once (beyond that the connection is just closed), so a
+// flood of connections can neither block the accept loop nor pile up goroutines.
 func (e *Edge) refuseConn(c net.Conn, limit int) {
 	e.m.connsRefused.Inc()
 	e.m.gatewayErrors.WithLabelValues("edge", causeTooManyConns).Inc()
@@ -176,7 +176,8 @@ func (e *Edge) refuseConn(c net.Conn, limit int) {
 		defer func() { <-e.refusing }()
 		_ = c.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		msg := fmt.Sprintf("soapgw: the edge has %d client connections open (limits.max_client_connections); try again later", limit)
-		_, _ = c.Write(faultResponse(nil, soap11, 1, 503, causeTooManyConns, msg, "", true))
+		ge := &gatewayError{Status: 503, Cause: causeTooManyConns, Message: msg}
+		_, _ = c.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true))
 		_ = c.Close()
 	}()
 }
@@ -307,9 +308,9 @@ func (e *Edge) rejectRequest(cc *clientConn, bw *bufio.Writer, err error) {
 	case errors.Is(err, httpwire.ErrUnsupportedVersion):
 		status = 505
 	}
-	msg := "soapgw: malformed HTTP request: " + err.Error()
+	ge := &gatewayError{Status: status, Cause: causeBadRequest, Message: "soapgw: malformed HTTP request: " + err.Error()}
 	e.gatewayError(cc, "", "", causeBadRequest, err)
-	_, _ = bw.Write(faultResponse(nil, soap11, 1, status, causeBadRequest, msg, "", true))
+	_, _ = bw.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true))
 	_ = bw.Flush()
 }
 
@@ -353,17 +354,25 @@ func (x *exchange) upstream() string {
 
 // fail answers the client with a gateway-made SOAP Fault and reports whether the
 // connection may carry another request (not when close is set: e.g. the body was not read).
+// status is the HTTP-semantic status (see FaultStatus for the one sent).
 func (x *exchange) fail(status int, cause string, err error, close bool) bool {
+	x.e.gatewayError(x.cc, x.id, x.upstream(), cause, err)
+	x.sendFault(&gatewayError{Status: status, Cause: cause, Message: err.Error()}, close)
+	return !close && !x.req.Close
+}
+
+// sendFault records a gateway Fault and writes it to the client. The metrics get the
+// HTTP-semantic status and the fault code it implies, never the status line limits'
+// FaultStatus chose, so they mean the same in both modes.
+func (x *exchange) sendFault(ge *gatewayError, close bool) {
 	// The exchange deadline may be what failed: give the fault its own time to go out.
 	_ = x.cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
-	x.e.gatewayError(x.cc, x.id, x.upstream(), cause, err)
-	x.e.m.exchange("edge", x.upstream(), x.op, status, "gateway_error", time.Since(x.start))
-	x.e.m.fault("edge", x.upstream(), "gateway", gatewayFaultCode(x.sv, status))
-	out := faultResponse(nil, x.sv, x.req.ProtoMinor, status, cause, err.Error(), x.id, close || x.req.Close)
+	x.e.m.exchange("edge", x.upstream(), x.op, ge.Status, "gateway_error", time.Since(x.start))
+	x.e.m.fault("edge", x.upstream(), "gateway", gatewayFaultCode(x.sv, ge.Status))
+	out := faultResponse(nil, ge, x.e.limits().FaultStatus, x.sv, x.req.ProtoMinor, x.id, close || x.req.Close)
 	x.e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(len(out)))
 	_, _ = x.bw.Write(out)
 	_ = x.bw.Flush()
-	return !close && !x.req.Close
 }
 
 // exchange carries one request to the origin and its response back. It returns whether
@@ -466,13 +475,7 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		// The origin counted it under role="origin"; here it is what the client saw.
 		e.m.gatewayErrors.WithLabelValues("edge", gwErr.Cause).Inc()
 		e.log.Warn("gateway error at origin", "exchange", x.id, "upstream", x.route.Upstream, "cause", gwErr.Cause, "client", cc.RemoteAddr().String(), "err", gwErr.Message)
-		_ = cc.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
-		e.m.exchange("edge", x.route.Upstream, x.op, gwErr.Status, "gateway_error", time.Since(start))
-		e.m.fault("edge", x.route.Upstream, "gateway", gatewayFaultCode(x.sv, gwErr.Status))
-		out := faultResponse(nil, x.sv, req.ProtoMinor, gwErr.Status, gwErr.Cause, gwErr.Message, x.id, req.Close)
-		e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(len(out)))
-		_, _ = bw.Write(out)
-		_ = bw.Flush()
+		x.sendFault(gwErr, req.Close)
 		return !req.Close && drainEOF(sbr) == nil
 	}
 	return e.respond(x, sbr, resp)

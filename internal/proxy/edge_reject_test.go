@@ -34,7 +34,7 @@ func TestEdgeRejectsNonSOAPTargets(t *testing.T) {
 			c := env.dial()
 			c.send(tc.raw)
 			f := c.readFault()
-			require.Equal(t, tc.status, f.resp.StatusCode)
+			requireGatewayStatus(t, f, tc.status)
 			require.Equal(t, causeBadTarget, f.cause)
 			require.Contains(t, f.text, tc.text)
 			if strings.Contains(tc.raw, "soap+xml") {
@@ -87,7 +87,7 @@ func TestEdgeMalformedChunkedBody(t *testing.T) {
 			c := env.dial()
 			c.send(head + body)
 			f := c.readFault()
-			require.Equal(t, 400, f.resp.StatusCode)
+			requireGatewayStatus(t, f, 400)
 			require.Equal(t, causeMalformedBody, f.cause)
 			c.requireClosed()
 		})
@@ -110,7 +110,7 @@ func TestEdgeMaxClientConnections(t *testing.T) {
 	}
 	third := env.dial()
 	f := third.readFault()
-	require.Equal(t, 503, f.resp.StatusCode)
+	requireGatewayStatus(t, f, 503)
 	require.Equal(t, causeTooManyConns, f.cause)
 	require.Contains(t, f.text, "max_client_connections")
 	third.requireClosed()

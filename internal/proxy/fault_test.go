@@ -6,8 +6,11 @@ import (
 	"encoding/xml"
 	"io"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
@@ -128,15 +131,17 @@ func TestFaultResponse(t *testing.T) {
 	type tc struct {
 		name     string
 		v        soapVersion
+		mode     FaultStatus
 		minor    int
-		status   int
+		status   int // HTTP-semantic
 		close    bool
 		id       string
+		wantLine int // status line
 		wantCode string
 		wantNS   string
 	}
 	var cases []tc
-	for _, status := range []int{400, 404, 413, 431, 500, 501, 502, 503, 504, 505} {
+	for _, status := range []int{400, 404, 405, 413, 431, 500, 501, 502, 503, 504, 505} {
 		client := status < 500
 		for _, v := range []soapVersion{soap11, soap12} {
 			code, ns := "soap:Server", nsSOAP11
@@ -148,25 +153,35 @@ func TestFaultResponse(t *testing.T) {
 			case v == soap12:
 				code, ns = "env:Receiver", nsSOAP12
 			}
-			for _, minor := range []int{0, 1} {
-				for _, cl := range []bool{false, true} {
-					cases = append(cases, tc{
-						name: "v" + strconv.Itoa(int(v)) + "/" + strconv.Itoa(status) + "/1." + strconv.Itoa(minor) + "/close=" + strconv.FormatBool(cl),
-						v:    v, minor: minor, status: status, close: cl, id: "8000000000abcdef",
-						wantCode: code, wantNS: ns,
-					})
+			for _, mode := range []FaultStatus{FaultStatusSOAP, FaultStatusHTTP} {
+				line := status
+				if mode == FaultStatusSOAP {
+					line = 500
+					if v == soap12 && client {
+						line = 400
+					}
+				}
+				for _, minor := range []int{0, 1} {
+					for _, cl := range []bool{false, true} {
+						cases = append(cases, tc{
+							name: "v" + strconv.Itoa(int(v)) + "/" + mode.String() + "/" + strconv.Itoa(status) + "/1." + strconv.Itoa(minor) + "/close=" + strconv.FormatBool(cl),
+							v:    v, mode: mode, minor: minor, status: status, close: cl, id: "8000000000abcdef",
+							wantLine: line, wantCode: code, wantNS: ns,
+						})
+					}
 				}
 			}
 		}
 	}
-	cases = append(cases, tc{name: "no exchange id", v: soap11, minor: 1, status: 400, wantCode: "soap:Client", wantNS: nsSOAP11})
-	cases = append(cases, tc{name: "no exchange id 1.2", v: soap12, minor: 1, status: 502, wantCode: "env:Receiver", wantNS: nsSOAP12})
+	cases = append(cases, tc{name: "no exchange id", v: soap11, minor: 1, status: 400, wantLine: 500, wantCode: "soap:Client", wantNS: nsSOAP11})
+	cases = append(cases, tc{name: "no exchange id 1.2", v: soap12, minor: 1, status: 502, wantLine: 500, wantCode: "env:Receiver", wantNS: nsSOAP12})
 
 	msg := `soapgw: upstream "calc" <svc> & 'co' failed — Grüße 日本語 ✓` + "\n\ttab"
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			prefix := []byte("previous bytes")
-			out := faultResponse(append([]byte(nil), prefix...), c.v, c.minor, c.status, causeUpstreamBad, msg, c.id, c.close)
+			ge := &gatewayError{Status: c.status, Cause: causeUpstreamBad, Message: msg}
+			out := faultResponse(append([]byte(nil), prefix...), ge, c.mode, c.v, c.minor, c.id, c.close)
 			require.Equal(t, prefix, out[:len(prefix)], "faultResponse appends to dst")
 			br := bufio.NewReader(bytes.NewReader(out[len(prefix):]))
 			pf := parseFault(t, br, "POST")
@@ -174,12 +189,13 @@ func TestFaultResponse(t *testing.T) {
 			require.ErrorIs(t, err, io.EOF, "nothing after the announced body")
 
 			r := pf.resp
-			require.Equal(t, c.status, r.StatusCode)
+			require.Equal(t, c.wantLine, r.StatusCode)
 			require.Equal(t, c.minor, r.ProtoMinor)
-			require.Equal(t, reasonFor(c.status), r.Reason)
+			require.Equal(t, reasonFor(c.wantLine), r.Reason)
 			require.Equal(t, strconv.Itoa(len(pf.body)), r.Header.Get("Content-Length"))
 			require.Equal(t, int64(len(pf.body)), r.ContentLength)
 			require.Equal(t, causeUpstreamBad, r.Header.Get("X-Soapgw-Error"))
+			require.Equal(t, []string{strconv.Itoa(c.status)}, r.Header.Values("X-Soapgw-Status"))
 			if c.id != "" {
 				require.Equal(t, c.id, r.Header.Get("X-Soapgw-Exchange"))
 			} else {
@@ -202,6 +218,99 @@ func TestFaultResponse(t *testing.T) {
 			require.Equal(t, c.id, pf.exchange)
 		})
 	}
+}
+
+// causeStatuses are the HTTP-semantic statuses each cause is reported with
+// (docs/operations.md, the causes table); the edge and origin tests check that the code
+// uses them.
+var causeStatuses = map[string][]int{
+	causeBadRequest:      {400, 431, 501, 505},
+	causeBadTarget:       {405, 400},
+	causeMalformedBody:   {400},
+	causeTooManyConns:    {503},
+	causeTooLarge:        {413},
+	causeResponseLarge:   {502},
+	causeNoRoute:         {404},
+	causeOriginDown:      {503},
+	causeTunnelLost:      {502},
+	causeTimeout:         {504},
+	causeUpstreamDown:    {502},
+	causeUpstreamTimeout: {504},
+	causeUpstreamBad:     {502},
+	causeUnknownUpstream: {502},
+	causeOverloaded:      {503},
+	causeShuttingDown:    {503},
+	causeInternal:        {502},
+}
+
+// TestFaultStatusModes: for every cause with each of its statuses, in each SOAP version
+// and FaultStatus mode, what a client and a script see: the status line, the fault code,
+// X-Soapgw-Error and X-Soapgw-Status. In soap mode SOAP 1.1 Faults are all 500 (SOAP 1.1
+// §6.2, WS-I BP R1126) and SOAP 1.2 ones 400 for env:Sender, 500 for env:Receiver; in
+// http mode the status line is the HTTP-semantic status.
+func TestFaultStatusModes(t *testing.T) {
+	var causes []string
+	for c := range causeStatuses {
+		causes = append(causes, c)
+	}
+	require.ElementsMatch(t, allCauses, causes, "every cause has its statuses listed")
+	type want struct {
+		line int
+		code string
+	}
+	// By HTTP-semantic status class: client (4xx) or not.
+	expect := map[bool]map[soapVersion]map[FaultStatus]func(status int) want{
+		true: { // the client's fault
+			soap11: {
+				FaultStatusSOAP: func(int) want { return want{500, "soap:Client"} },
+				FaultStatusHTTP: func(s int) want { return want{s, "soap:Client"} },
+			},
+			soap12: {
+				FaultStatusSOAP: func(int) want { return want{400, "env:Sender"} },
+				FaultStatusHTTP: func(s int) want { return want{s, "env:Sender"} },
+			},
+		},
+		false: { // the gateway's or the server side's
+			soap11: {
+				FaultStatusSOAP: func(int) want { return want{500, "soap:Server"} },
+				FaultStatusHTTP: func(s int) want { return want{s, "soap:Server"} },
+			},
+			soap12: {
+				FaultStatusSOAP: func(int) want { return want{500, "env:Receiver"} },
+				FaultStatusHTTP: func(s int) want { return want{s, "env:Receiver"} },
+			},
+		},
+	}
+	for _, cause := range allCauses {
+		for _, status := range causeStatuses[cause] {
+			for _, v := range []soapVersion{soap11, soap12} {
+				for _, mode := range []FaultStatus{FaultStatusSOAP, FaultStatusHTTP} {
+					name := cause + "/" + strconv.Itoa(status) + "/soap1" + strconv.Itoa(int(v)+1) + "/" + mode.String()
+					t.Run(name, func(t *testing.T) {
+						w := expect[status < 500][v][mode](status)
+						ge := &gatewayError{Status: status, Cause: cause, Message: "soapgw: " + cause}
+						pf := parseFault(t, bufio.NewReader(bytes.NewReader(faultResponse(nil, ge, mode, v, 1, "7", false))), "POST")
+						require.Equal(t, w.line, pf.resp.StatusCode)
+						require.Equal(t, reasonFor(w.line), pf.resp.Reason)
+						require.Equal(t, w.code, pf.code)
+						require.Equal(t, cause, pf.resp.Header.Get("X-Soapgw-Error"))
+						require.Equal(t, strconv.Itoa(status), pf.resp.Header.Get("X-Soapgw-Status"))
+						require.Equal(t, cause, pf.cause)
+						require.Equal(t, "soapgw: "+cause, pf.text)
+						// The metric's fault code is the one in the Fault.
+						_, local, _ := strings.Cut(w.code, ":")
+						require.Equal(t, local, gatewayFaultCode(v, status))
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestFaultStatusString(t *testing.T) {
+	require.Equal(t, "soap", FaultStatusSOAP.String())
+	require.Equal(t, "http", FaultStatusHTTP.String())
+	require.Equal(t, FaultStatusSOAP, Limits{}.FaultStatus, "the zero value is the default")
 }
 
 func TestFaultResponseKnownReasons(t *testing.T) {
@@ -228,7 +337,7 @@ func TestFaultResponseHostileMessage(t *testing.T) {
 		`&amp; &lt; &#x41; &bogus;`,
 	} {
 		for _, v := range []soapVersion{soap11, soap12} {
-			out := faultResponse(nil, v, 1, 502, causeInternal, msg, "1", false)
+			out := faultResponse(nil, &gatewayError{Status: 502, Cause: causeInternal, Message: msg}, FaultStatusSOAP, v, 1, "1", false)
 			pf := parseFault(t, bufio.NewReader(bytes.NewReader(out)), "POST")
 			require.NotEmpty(t, pf.code)
 			require.Equal(t, causeInternal, pf.cause)
@@ -250,11 +359,14 @@ func isXMLSafe(s string) bool {
 
 // A fault in answer to HEAD still parses (the client gets the head; no body is read).
 func TestFaultResponseHead(t *testing.T) {
-	out := faultResponse(nil, soap11, 1, 502, causeInternal, "x", "", false)
-	br := bufio.NewReader(bytes.NewReader(out))
-	resp, err := httpwire.ReadResponse(br, "HEAD", httpwire.Limits{})
-	require.NoError(t, err)
-	require.Equal(t, 502, resp.StatusCode)
+	for _, mode := range []FaultStatus{FaultStatusSOAP, FaultStatusHTTP} {
+		out := faultResponse(nil, &gatewayError{Status: 502, Cause: causeInternal, Message: "x"}, mode, soap11, 1, "", false)
+		br := bufio.NewReader(bytes.NewReader(out))
+		resp, err := httpwire.ReadResponse(br, "HEAD", httpwire.Limits{})
+		require.NoError(t, err)
+		require.Equal(t, map[FaultStatus]int{FaultStatusSOAP: 500, FaultStatusHTTP: 502}[mode], resp.StatusCode)
+		require.Equal(t, "502", resp.Header.Get("X-Soapgw-Status"))
+	}
 }
 
 func TestSoapVersionOf(t *testing.T) {
@@ -289,4 +401,103 @@ func TestSoapVersionOf(t *testing.T) {
 	require.Equal(t, soap12, soapVersionOf(httpwire.Header{{Name: "content-type", Value: "application/soap+xml"}}))
 	require.Equal(t, soap12, soapVersionOf(httpwire.Header{{Name: "CONTENT-TYPE", Value: "application/soap+xml"}}))
 	require.Equal(t, soap11, soapVersionOf(nil))
+}
+
+// requireGatewayStatus checks a gateway Fault as the edge sends it by default
+// (FaultStatusSOAP): X-Soapgw-Status is the HTTP-semantic status, and the status line the
+// SOAP binding's, 400 for a SOAP 1.2 env:Sender Fault, 500 otherwise.
+func requireGatewayStatus(t testing.TB, f parsedFault, status int) {
+	t.Helper()
+	require.Equal(t, strconv.Itoa(status), f.resp.Header.Get("X-Soapgw-Status"), "HTTP-semantic status")
+	line := 500
+	if soapVersionOf(f.resp.Header) == soap12 && isClientStatus(status) {
+		line = 400
+	}
+	require.Equal(t, line, f.resp.StatusCode, "status line of a %d Fault (fault code %s)", status, f.code)
+}
+
+// TestEdgeFaultStatus: through a real edge and origin, every path that answers with a
+// gateway Fault (the edge's own refusals, a refused target, a malformed request, and an
+// error reported by the origin) follows limits' FaultStatus, which a Reconfigure switches
+// for the next request; X-Soapgw-Status, the fault code and the metrics stay the same in
+// both modes.
+func TestEdgeFaultStatus(t *testing.T) {
+	up := newUpstream(t, okResponse("<ok/>"))
+	m := NewMetrics(nil)
+	routes := []Route{{PathPrefix: "/svc", Peer: "p", Upstream: "up"}, {PathPrefix: "/ghost", Peer: "p", Upstream: "ghost"}}
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: up.addr()}}, Routes: routes, Metrics: m})
+	req12 := func(target string) string {
+		return "POST " + target + " HTTP/1.1\r\nHost: svc.example\r\nContent-Type: application/soap+xml; charset=utf-8; action=\"urn:Add\"\r\nContent-Length: 4\r\n\r\n<x/>"
+	}
+	cases := []struct {
+		name    string
+		raw     string
+		status  int // HTTP-semantic
+		cause   string
+		v12     bool
+		persist bool // the connection stays open after the Fault
+	}{
+		{"origin error 1.1", soapRequest(1, "/ghost", "", "<x/>"), 502, causeUnknownUpstream, false, true},
+		{"origin error 1.2", req12("/ghost"), 502, causeUnknownUpstream, true, true},
+		{"no route 1.1", soapRequest(1, "/nowhere", "", "<x/>"), 404, causeNoRoute, false, false},
+		{"no route 1.2", req12("/nowhere"), 404, causeNoRoute, true, false},
+		{"CONNECT", "CONNECT " + up.addr() + " HTTP/1.1\r\nHost: " + up.addr() + "\r\n\r\n", 405, causeBadTarget, false, false},
+		{"malformed", "POST /svc HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx", 400, causeBadRequest, false, false},
+		{"HTTP/2.0", "POST /svc HTTP/2.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 505, causeBadRequest, false, false},
+	}
+	for _, mode := range []FaultStatus{FaultStatusSOAP, FaultStatusHTTP} {
+		if mode == FaultStatusHTTP {
+			require.NoError(t, env.edge.Reconfigure(routes, Limits{ExchangeTimeout: testDeadline, FaultStatus: FaultStatusHTTP}))
+		}
+		for _, c := range cases {
+			t.Run(mode.String()+"/"+c.name, func(t *testing.T) {
+				cl := env.dial()
+				cl.send(c.raw)
+				f := cl.readFault()
+				want := c.status
+				if mode == FaultStatusSOAP {
+					want = 500
+					if c.v12 && isClientStatus(c.status) {
+						want = 400
+					}
+				}
+				require.Equal(t, want, f.resp.StatusCode)
+				require.Equal(t, strconv.Itoa(c.status), f.resp.Header.Get("X-Soapgw-Status"))
+				require.Equal(t, c.cause, f.resp.Header.Get("X-Soapgw-Error"))
+				require.Equal(t, c.cause, f.cause)
+				code := gatewayFaultCode(map[bool]soapVersion{false: soap11, true: soap12}[c.v12], c.status)
+				require.True(t, strings.HasSuffix(f.code, ":"+code), "fault code %s, want %s", f.code, code)
+				if c.persist {
+					cl.send(soapRequest(1, "/svc", "", "<x/>"))
+					resp, _ := cl.read("POST")
+					require.Equal(t, 200, resp.StatusCode, "the server's answer is untouched")
+					require.False(t, resp.Header.Has("X-Soapgw-Status"))
+				} else {
+					cl.requireClosed()
+				}
+			})
+		}
+	}
+	// Counted by HTTP-semantic status and fault code, once per mode: the series do not
+	// depend on the status line. The malformed requests are counted in neither (they are
+	// no exchange); CONNECT is a SOAP 1.1 Client fault of upstream "none".
+	for _, c := range []struct {
+		upstream, faultCode string
+		n                   float64
+	}{
+		{"ghost", "Server", 2}, {"ghost", "Receiver", 2}, {"none", "Client", 4}, {"none", "Sender", 2},
+	} {
+		require.Equal(t, c.n, testutil.ToFloat64(m.faults.WithLabelValues("edge", c.upstream, "gateway", c.faultCode)), "%+v", c)
+	}
+	require.Equal(t, 4, testutil.CollectAndCount(m.faults))
+	require.Equal(t, 4.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "ghost", "Add", "502", "gateway_error")))
+	require.Equal(t, 4.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "none", "Add", "404", "gateway_error")))
+	require.Equal(t, 2.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "none", "unknown", "405", "gateway_error")))
+	// The origin may record its side after the client has the answer.
+	require.Eventually(t, func() bool {
+		return testutil.ToFloat64(m.exchanges.WithLabelValues("origin", "ghost", "Add", "502", "gateway_error")) == 4 &&
+			testutil.ToFloat64(m.exchanges.WithLabelValues("origin", "up", "Add", "200", "ok")) == 4
+	}, testDeadline, time.Millisecond)
+	require.Equal(t, 6, testutil.CollectAndCount(m.exchanges, "soapgw_exchanges_total"),
+		"those three, the ok exchanges to up and the origin's two: none carries the status line (500 or 400)")
 }

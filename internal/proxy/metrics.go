@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ops: newLabelSet(maxOperations),
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_exchanges_total",
-			Help: "SOAP exchanges by role, upstream, SOAP operation (at most 100 names, then \"other\"), HTTP status code and outcome (ok, soap_fault, server_error, gateway_error).",
+			Help: "SOAP exchanges by role, upstream, SOAP operation (at most 100 names, then \"other\"), HTTP status code (for soapgw's own Faults the HTTP-semantic status of X-Soapgw-Status, whatever limits.fault_status sent) and outcome (ok, soap_fault, server_error, gateway_error).",
 		}, []string{"role", "upstream", "operation", "code", "outcome"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_soap_faults_total",
@@ -57,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "soapgw_edge_client_connections_refused_total",
-			Help: "Client connections the edge answered with 503 and closed because limits.max_client_connections were open.",
+			Help: "Client connections the edge answered with a too_many_connections Fault (HTTP-semantic status 503) and closed because limits.max_client_connections were open.",
 		}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_edge_retries_total",
@@ -101,20 +101,6 @@ func (m *Metrics) fault(role, upstream, source, code string) {
 		upstream = "none"
 	}
 	m.faults.WithLabelValues(role, upstream, source, faultLabel(code)).Inc()
-}
-
-// gatewayFaultCode is the fault code soapgw puts in its own faults.
-func gatewayFaultCode(v soapVersion, status int) string {
-	client := status >= 400 && status < 500
-	switch {
-	case v == soap12 && client:
-		return "Sender"
-	case v == soap12:
-		return "Receiver"
-	case client:
-		return "Client"
-	}
-	return "Server"
 }
 
 // serverOutcome classifies a response the service answered: a 5xx carrying a SOAP Fault

@@ -156,7 +156,7 @@ func TestRouteFirstMatchWins(t *testing.T) {
 	cl := env.dial()
 	cl.send("POST /nowhere HTTP/1.1\r\nHost: a.example\r\nContent-Length: 2\r\n\r\nhi")
 	f := cl.readFault()
-	require.Equal(t, 404, f.resp.StatusCode)
+	requireGatewayStatus(t, f, 404)
 	require.Equal(t, causeNoRoute, f.cause)
 	require.Equal(t, "soap:Client", f.code)
 	require.True(t, strings.Contains(f.text, "/nowhere"), f.text)
