@@ -178,7 +178,7 @@ func watchAbandon(ctx context.Context, st Stream) (_ context.Context, stop func(
 func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool {
 	req, up, limit := x.req, x.pool.up, o.limits().MaxRequestBytes
 	if req.ContentLength > limit {
-		o.tooLarge(st, x, nil)
+		o.tooLarge(st, x, sbr, nil)
 		return false
 	}
 	if req.ContentLength >= 0 || up.streamsChunked() {
@@ -187,7 +187,7 @@ func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool 
 	b, err := readAllLimit(sbr, limit)
 	switch {
 	case errors.Is(err, errTooLarge):
-		o.tooLarge(st, x, err)
+		o.tooLarge(st, x, sbr, err)
 		return false
 	case err != nil:
 		// The request did not arrive whole from the tunnel (edge reset it, checksum).
@@ -199,11 +199,19 @@ func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool 
 	return true
 }
 
-// tooLarge answers a request whose body is over limits.max_request_bytes.
-func (o *Origin) tooLarge(st Stream, x *originExchange, err error) {
+// tooLarge answers a request whose body is over limits.max_request_bytes, then reads and
+// discards what the edge still sends of it (up to maxRefusedDrain, within the stream's
+// deadline). Closing the stream with the request unread would reset it, and at the edge
+// a reset can overtake the Fault: the client would get tunnel_lost instead of
+// request_too_large. An edge whose own limit is lower stops sending (and answers) first.
+func (o *Origin) tooLarge(st Stream, x *originExchange, body io.Reader, err error) {
 	o.fail(st, x.start, x.req.ExchangeID, x.pool.up.Name, x.op, &gatewayError{Status: 413, Cause: causeTooLarge,
 		Message: fmt.Sprintf("soapgw: request body exceeds the limit of %d bytes at origin %q", o.limits().MaxRequestBytes, o.cfg.Node)}, err)
+	_, _ = io.CopyN(io.Discard, body, maxRefusedDrain)
 }
+
+// maxRefusedDrain bounds what the origin reads and discards of a refused request body.
+const maxRefusedDrain = 64 << 20
 
 // originExchange is one exchange at the origin, from the request head on.
 type originExchange struct {
@@ -260,7 +268,7 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 	req, up := x.req, x.pool.up
 	if err := o.sendRequest(uc, x, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
-			o.tooLarge(st, x, err) // streamed chunked (chunked: true): cut without its last chunk
+			o.tooLarge(st, x, sbr, err) // streamed chunked (chunked: true): cut without its last chunk
 			return nil, false
 		}
 		if !errors.Is(err, errUpstreamWrite) {
