@@ -141,8 +141,20 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if !ok {
 		return
 	}
-	if o.relayResponse(st, x, uc, resp, stopAbort) {
+	if o.relayResponse(ctx, st, x, uc, resp, stopAbort) {
 		uc = nil // pooled or closed by relayResponse
+	}
+}
+
+// armDeadline sets a deadline on the upstream connection of an exchange whose context is
+// ctx, unless ctx has ended: then the abort hook (ServeStream) has set a past deadline, or
+// is about to, and a later deadline set here must not undo it, which would leave the call
+// waiting on the upstream for nobody. (ctx.Err is set before the hook runs, so either this
+// sees it, or the hook runs after this.)
+func armDeadline(ctx context.Context, set func(time.Time) error, t time.Time) {
+	_ = set(t)
+	if ctx.Err() != nil {
+		_ = set(time.Unix(1, 0))
 	}
 }
 
@@ -266,7 +278,7 @@ func (o *Origin) admit(st Stream, sbr *bufio.Reader) (*originExchange, *gatewayE
 // it fails it has answered the edge (or logged why it could not) and reports !ok.
 func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, sbr *bufio.Reader) (resp *httpwire.Response, ok bool) {
 	req, up := x.req, x.pool.up
-	if err := o.sendRequest(uc, x, sbr); err != nil {
+	if err := o.sendRequest(ctx, uc, x, sbr); err != nil {
 		if errors.Is(err, errTooLarge) {
 			o.tooLarge(st, x, sbr, err) // streamed chunked (chunked: true): cut without its last chunk
 			return nil, false
@@ -282,7 +294,7 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 		o.log.Debug("upstream write failed; reading any early response", "exchange", req.ExchangeID, "err", err)
 	}
 
-	_ = uc.conn.SetReadDeadline(responseDeadline(up, time.Now(), x.deadline))
+	armDeadline(ctx, uc.conn.SetReadDeadline, responseDeadline(up, time.Now(), x.deadline))
 	var err error
 	for {
 		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
@@ -348,11 +360,11 @@ func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchang
 // relayResponse streams the upstream's response into the tunnel and records the
 // exchange. It reports whether it took care of uc (pooled or closed); stopAbort detaches
 // the abort hook, and fails if the abort already ran (then uc is not pooled).
-func (o *Origin) relayResponse(st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, stopAbort func() bool) (handled bool) {
+func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, stopAbort func() bool) (handled bool) {
 	req, up := x.req, x.pool.up
 	// The whole response must arrive within the exchange deadline; the per-read deadline
 	// of callUpstream was for the head.
-	_ = uc.conn.SetReadDeadline(x.start.Add(o.limits().ExchangeTimeout))
+	armDeadline(ctx, uc.conn.SetReadDeadline, x.deadline)
 	faultCode := ""
 	if resp.StatusCode >= 500 {
 		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
@@ -420,7 +432,7 @@ func (u *Upstream) streamsChunked() bool { return u.Chunked && !u.HTTP10 }
 // hop-by-hop fields), then the body with the framing the upstream accepts: x.body with a
 // Content-Length when readBody read it whole, chunked when the upstream takes chunked
 // bodies (streamsChunked), as the client framed it otherwise.
-func (o *Origin) sendRequest(uc *upstreamConn, x *originExchange, body *bufio.Reader) error {
+func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExchange, body *bufio.Reader) error {
 	up, req := uc.pool.up, x.req
 	h := req.Header
 	if up.RewriteHost {
@@ -446,7 +458,7 @@ func (o *Origin) sendRequest(uc *upstreamConn, x *originExchange, body *bufio.Re
 	case chunked:
 		h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 	}
-	_ = uc.conn.SetWriteDeadline(x.deadline)
+	armDeadline(ctx, uc.conn.SetWriteDeadline, x.deadline)
 	out := httpwire.AppendRequestHead(nil, req.Method, req.Target, minor, h)
 	if buffered {
 		out = append(out, x.body...)
