@@ -785,7 +785,7 @@ origin:
 		require.NoError(t, os.WriteFile(good, []byte("origin:\n  listen: 127.0.0.1:1\n  insecure: true\n  upstreams:\n    - name: svc\n      url: http://127.0.0.1:2\n"), 0o600))
 		code, stdout, stderr := frRunCLI(t, "config", "check", good)
 		require.Equal(t, 0, code, stderr)
-		for _, def := range []string{"drain_timeout: 15s", "exchange_timeout: 1m0s", "max_request_bytes: 32MiB", "response_timeout: 30s", "pool_size: 64", "http_version: \"1.1\""} {
+		for _, def := range []string{"drain_timeout: 15s", "exchange_timeout: 1m0s", "max_request_bytes: 32MiB", "response_timeout: 30s", "chunked: false", "pool_size: 64", "http_version: \"1.1\""} {
 			require.Contains(t, stdout, def)
 		}
 

@@ -25,7 +25,7 @@ import (
 
 // trEnv is one pair in front of one recordingServer. The origin has three upstreams that
 // all point at that server: "svc" (HTTP/1.1, the default), "svc10" (http_version "1.0")
-// and "nochunk" (HTTP/1.1 with chunked: false); the edge routes /v10/ and /nochunk/ to
+// and "chunky" (HTTP/1.1 with chunked: true); the edge routes /v10/ and /chunky/ to
 // the last two and everything else to svc.
 type trEnv struct {
 	srv  *recordingServer
@@ -62,17 +62,17 @@ func trStartEnv(t *testing.T) *trEnv {
 	extraOrigin := fmt.Sprintf(`    - name: svc10
       url: %s
       http_version: "1.0"
-    - name: nochunk
+    - name: chunky
       url: %s
-      chunked: false
+      chunked: true
 `, url, url)
 	startGateway(t, env.a.OriginAdmin, originYAML(env.a, url, extraOrigin))
 	edge := edgeYAMLRoutes(env.a, `    - path_prefix: /v10/
       peer: dc1
       upstream: svc10
-    - path_prefix: /nochunk/
+    - path_prefix: /chunky/
       peer: dc1
-      upstream: nochunk
+      upstream: chunky
 `, "")
 	startGateway(t, env.a.EdgeAdmin, edge)
 	env.host = env.a.Edge
@@ -317,8 +317,9 @@ func trClientKeep(head string) bool {
 }
 
 // trExpectedUpstream returns the head the server must receive for a client request (the
-// client's head and de-chunked body) and whether the body must reach it chunked.
-func trExpectedUpstream(clientHead string, body []byte, http10, noChunk bool) (head string, chunked bool) {
+// client's head and de-chunked body) and whether the body must reach it chunked: only
+// for an upstream with chunked: true; the others get a Content-Length.
+func trExpectedUpstream(clientHead string, body []byte, http10, takesChunks bool) (head string, chunked bool) {
 	line, _, _ := strings.Cut(clientHead, "\r\n")
 	method, rest, _ := strings.Cut(line, " ")
 	target, _, _ := strings.Cut(rest, " ")
@@ -329,7 +330,7 @@ func trExpectedUpstream(clientHead string, body []byte, http10, noChunk bool) (h
 		extra = append(extra, "Connection: keep-alive")
 	}
 	if strings.EqualFold(trHeaderGet(clientHead, "Transfer-Encoding"), "chunked") {
-		if http10 || noChunk {
+		if http10 || !takesChunks {
 			extra = append(extra, "Content-Length: "+strconv.Itoa(len(body)))
 		} else {
 			extra = append(extra, "Transfer-Encoding: chunked")
@@ -428,8 +429,8 @@ func (env *trEnv) run(t *testing.T, c trCase) {
 	// The server side.
 	target := trTarget(creq.Head)
 	http10 := strings.HasPrefix(target, "/v10/")
-	noChunk := strings.HasPrefix(target, "/nochunk/")
-	upHead, upChunked := trExpectedUpstream(clientHead, creq.Body, http10, noChunk)
+	takesChunks := strings.HasPrefix(target, "/chunky/")
+	upHead, upChunked := trExpectedUpstream(clientHead, creq.Body, http10, takesChunks)
 	reqs := env.requestsSince(before)
 	require.Len(t, reqs, 1, "requests at the server")
 	require.Equal(t, upHead, string(reqs[0].Head), "request head at the server")
@@ -626,7 +627,7 @@ func TestTransparencyExchanges(t *testing.T) {
 			resp: resp("HTTP/1.1 200 OK", soap11Resp, "Content-Type: text/xml"),
 		},
 		{
-			name: "chunked_request_ext_trailer_to_http11_upstream",
+			name: "chunked_request_ext_trailer_to_default_upstream",
 			req:  trMsg("POST /chunked HTTP/1.1", chunkedReqBody, chunkedReqFields()...),
 			resp: resp("HTTP/1.1 200 OK", soap11Resp, "Content-Type: text/xml"),
 		},
@@ -636,8 +637,8 @@ func TestTransparencyExchanges(t *testing.T) {
 			resp: resp("HTTP/1.1 200 OK", soap11Resp, "Content-Type: text/xml"),
 		},
 		{
-			name: "chunked_request_to_chunked_false_upstream",
-			req:  trMsg("POST /nochunk/chunked HTTP/1.1", chunkedReqBody, chunkedReqFields()...),
+			name: "chunked_request_to_chunked_true_upstream",
+			req:  trMsg("POST /chunky/chunked HTTP/1.1", chunkedReqBody, chunkedReqFields()...),
 			resp: resp("HTTP/1.1 200 OK", soap11Resp, "Content-Type: text/xml"),
 		},
 		{

@@ -384,9 +384,17 @@ type Upstream struct {
 	// A "1.0" upstream gets HTTP/1.0 requests with Content-Length, never
 	// chunked bodies. Default: "1.1".
 	HTTPVersion string `yaml:"http_version"`
-	// Chunked says whether the upstream accepts chunked request bodies;
-	// when false, bodies are buffered and sent with Content-Length.
-	// Must be false for HTTP/1.0. Default: true for "1.1", false for "1.0".
+	// Chunked says whether the upstream accepts chunked request bodies.
+	// false: a request body of unknown length (the client sent it chunked)
+	// is read whole, up to limits.max_request_bytes, and sent with a
+	// Content-Length, which every HTTP/1.x server reads; a larger one is
+	// refused (413 request_too_large) before any of it reaches the upstream.
+	// true: such a body streams to the upstream chunked, as it arrives:
+	// less memory and latency for bodies of megabytes, but only for servers
+	// that read chunked bodies (many SOAP stacks speaking HTTP/1.1 do not),
+	// and a body over the limit is cut where it passes it (the upstream gets
+	// part of it, never its last chunk). Bodies with a Content-Length are
+	// always sent as they are. Must be false for "1.0". Default: false.
 	Chunked *bool `yaml:"chunked"`
 	// HostHeader is "preserve" (forward the client's Host byte for byte) or
 	// "upstream" (rewrite it to the host[:port] of URL).
@@ -524,12 +532,11 @@ func (c *Config) setDerivedDefaults() {
 }
 
 // AcceptsChunked reports whether request bodies may be sent chunked: the
-// value of Chunked, or its default for HTTPVersion when Chunked is nil.
+// value of Chunked, false when it is nil. Only the operator can say: an
+// HTTP/1.1 status line does not promise that the stack behind it reads
+// chunked bodies, and a failed first call is not a way to find out.
 func (u Upstream) AcceptsChunked() bool {
-	if u.Chunked != nil {
-		return *u.Chunked
-	}
-	return u.HTTPVersion != HTTP10
+	return u.Chunked != nil && *u.Chunked
 }
 
 // TLS reports whether the upstream is reached over https.

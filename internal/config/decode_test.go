@@ -320,7 +320,7 @@ func TestParseDefaults(t *testing.T) {
 
 	host, err := os.Hostname()
 	require.NoError(t, err)
-	yes, no := true, false
+	no := false
 	want := &Config{
 		Node: host,
 		Edge: &EdgeConfig{
@@ -336,7 +336,7 @@ func TestParseDefaults(t *testing.T) {
 			Listen: ":7070",
 			Upstreams: []Upstream{
 				{
-					Name: "new", URL: "http://new", HTTPVersion: "1.1", Chunked: &yes, HostHeader: "preserve",
+					Name: "new", URL: "http://new", HTTPVersion: "1.1", Chunked: &no, HostHeader: "preserve",
 					ConnectTimeout: 5 * time.Second, ResponseTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, PoolSize: 64,
 				},
 				{

@@ -446,13 +446,13 @@ func TestUpstreamMethods(t *testing.T) {
 		tls      bool
 		chunked  bool
 	}{
-		{Upstream{URL: "http://a", HTTPVersion: HTTP11}, "a:80", "a", false, true},
-		{Upstream{URL: "https://a", HTTPVersion: HTTP11}, "a:443", "a", true, true},
+		{Upstream{URL: "http://a", HTTPVersion: HTTP11}, "a:80", "a", false, false},
+		{Upstream{URL: "https://a", HTTPVersion: HTTP11, Chunked: &yes}, "a:443", "a", true, true},
 		{Upstream{URL: "https://a:8443/", HTTPVersion: HTTP11, Chunked: &no}, "a:8443", "a:8443", true, false},
 		{Upstream{URL: "http://[::1]", HTTPVersion: HTTP10}, "[::1]:80", "[::1]", false, false},
 		{Upstream{URL: "http://[::1]:81", HTTPVersion: HTTP10, Chunked: &yes}, "[::1]:81", "[::1]:81", false, true},
-		{Upstream{URL: "HTTPS://Svc.Example:444"}, "Svc.Example:444", "Svc.Example:444", true, true},
-		{Upstream{URL: "http://[::1"}, "", "", false, true},
+		{Upstream{URL: "HTTPS://Svc.Example:444"}, "Svc.Example:444", "Svc.Example:444", true, false},
+		{Upstream{URL: "http://[::1"}, "", "", false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.u.URL, func(t *testing.T) {
