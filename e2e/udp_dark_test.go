@@ -89,7 +89,8 @@ func TestUDPGoesDarkFallsBackToTCP(t *testing.T) {
 		require.NoError(t, err)
 		br = bufio.NewReader(c)
 		require.Equal(t, 502, status, "a lost tunnel connection is not an exchange timeout: %s", body)
-		require.Contains(t, body, "tunnel_lost")
+		// Sent into the dark: the edge cannot tell whether the origin had it.
+		require.Regexp(t, "tunnel_lost|outcome_unknown", body)
 		require.Less(t, took, idle+3*time.Second, "the call failed at the idle timeout")
 	}
 	require.LessOrEqual(t, failed, 2, "only the calls in flight on the two UDP connections fail")

@@ -167,7 +167,12 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 		ups = append(ups, proxyUpstream(u))
 	}
 	var err error
-	g.origin, err = proxy.NewOrigin(proxy.OriginConfig{Node: g.cfg.Node, Upstreams: ups, Limits: lim}, pm, g.log)
+	resumeWindow := o.ResumeWindow
+	if resumeWindow == 0 {
+		resumeWindow = -1 // off
+	}
+	g.origin, err = proxy.NewOrigin(proxy.OriginConfig{Node: g.cfg.Node, Upstreams: ups, Limits: lim,
+		ResumeWindow: resumeWindow, ResumeMaxBytes: int64(o.ResumeMaxBytes)}, pm, g.log)
 	if err != nil {
 		return err
 	}

@@ -370,6 +370,17 @@ type OriginConfig struct {
 	// MaxHandshakesPerSource bounds those from one IP address; beyond it
 	// that address's oldest handshake is closed. Default: 16.
 	MaxHandshakesPerSource int `yaml:"max_handshakes_per_source"`
+	// ResumeWindow is how long the origin keeps a finished exchange's
+	// response for an edge whose tunnel connection died to collect on
+	// another: the client then gets its real answer, and the server runs the
+	// call once. Long enough for a dead connection to be noticed and
+	// replaced (the edge's keepalive: up to 25 s). 0s turns resuming off
+	// (a cut then ends such an exchange with outcome_unknown). Default: 30s.
+	ResumeWindow time.Duration `yaml:"resume_window"`
+	// ResumeMaxBytes bounds the responses held for resumes, all together;
+	// one response may use an eighth of it, a larger one is not resumable.
+	// The oldest finished ones make room first. Default: 64MiB.
+	ResumeMaxBytes ByteSize `yaml:"resume_max_bytes"`
 }
 
 // Upstream is one real SOAP service behind the origin.
@@ -471,6 +482,8 @@ func (o *OriginConfig) setDefaults() {
 	o.HandshakeTimeout = 5 * time.Second
 	o.MaxHandshakes = 256
 	o.MaxHandshakesPerSource = 16
+	o.ResumeWindow = 30 * time.Second
+	o.ResumeMaxBytes = 64 << 20
 	o.Codec = "auto"
 	o.RTOMin = DefaultRTOMin
 }

@@ -351,6 +351,8 @@ func TestParseDefaults(t *testing.T) {
 			HandshakeTimeout:       5 * time.Second,
 			MaxHandshakes:          256,
 			MaxHandshakesPerSource: 16,
+			ResumeWindow:           30 * time.Second,
+			ResumeMaxBytes:         64 << 20,
 		},
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,

@@ -106,6 +106,8 @@ origin:
   handshake_timeout: 5s
   max_handshakes: 256
   max_handshakes_per_source: 16
+  resume_window: 30s
+  resume_max_bytes: 64MiB
 limits:
   max_request_bytes: 32MiB
   max_response_bytes: 64MiB

@@ -212,6 +212,12 @@ func (o *OriginConfig) validate(errs *errorList) {
 	if o.MaxHandshakesPerSource < 1 || o.MaxHandshakesPerSource > o.MaxHandshakes {
 		errs.add("origin.max_handshakes_per_source", "must be from 1 to max_handshakes (%d), got %d", o.MaxHandshakes, o.MaxHandshakesPerSource)
 	}
+	if o.ResumeWindow < 0 {
+		errs.add("origin.resume_window", "must not be negative (0s turns resuming off), got %s", o.ResumeWindow)
+	}
+	if o.ResumeMaxBytes < 64<<10 {
+		errs.add("origin.resume_max_bytes", "must be at least 64KiB, got %d", int64(o.ResumeMaxBytes))
+	}
 	names := make(map[string]string, len(o.Upstreams))
 	for i, u := range o.Upstreams {
 		p := fmt.Sprintf("origin.upstreams[%d]", i)

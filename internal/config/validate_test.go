@@ -417,7 +417,7 @@ func TestValidateWithoutPositions(t *testing.T) {
 	require.EqualError(t, c.Validate(), "no role configured: add an edge section, an origin section, or both")
 
 	c.Origin = &OriginConfig{Listen: ":7070", MaxConnections: 1, Codec: "auto", RTOMin: DefaultRTOMin, Insecure: true,
-		HandshakeTimeout: time.Second, MaxHandshakes: 1, MaxHandshakesPerSource: 1, Upstreams: []Upstream{{
+		HandshakeTimeout: time.Second, MaxHandshakes: 1, MaxHandshakesPerSource: 1, ResumeMaxBytes: 64 << 20, Upstreams: []Upstream{{
 			Name: "a", URL: "http://a", HTTPVersion: HTTP10, HostHeader: HostHeaderPreserve,
 			ConnectTimeout: time.Second, ResponseTimeout: time.Second, IdleTimeout: time.Second,
 		}}}

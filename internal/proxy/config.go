@@ -175,4 +175,11 @@ type OriginConfig struct {
 	// unknown length (chunked or close-delimited) before the origin pushes what it holds
 	// of it to the client (default DefaultStreamFlushDelay). See sendResponse.
 	StreamFlushDelay time.Duration
+	// ResumeWindow is how long the origin keeps a finished exchange's response for an
+	// edge whose tunnel connection died to collect (held.go): 0 means
+	// DefaultResumeWindow, negative turns resuming off.
+	ResumeWindow time.Duration
+	// ResumeMaxBytes bounds the responses held for resumes, all together (default
+	// DefaultResumeMaxBytes); one response may hold an eighth of it.
+	ResumeMaxBytes int64
 }

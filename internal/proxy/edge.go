@@ -549,7 +549,9 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		if replayable {
 			_, err = st.Write(msg)
 			if err == nil {
-				err = st.CloseWrite()
+				if cerr := st.CloseWrite(); cerr != nil {
+					err = &requestEndError{cerr}
+				}
 			}
 		} else {
 			err = e.sendStreamed(st, msg, x.req)
@@ -571,7 +573,13 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 				return nil, nil, nil, nil, false
 			}
 		}
-		if err == nil {
+		if err == nil || isRequestEnd(err) {
+			// The whole request is with the tunnel: from here a failure may come after
+			// the origin has it, so the response is read through a resumer, which
+			// collects it on another connection if this one dies (resume.go).
+			rs := newResumer(ctx, x.id, opener, st, e.m.held)
+			rs.deadline, rs.broken = x.deadline, err
+			st, err = rs, nil
 			sbr = readerPool.Get().(*bufio.Reader)
 			sbr.Reset(st)
 			var head []byte
@@ -594,6 +602,11 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 	switch {
 	case e.abortCtx.Err() != nil:
 		keep = x.fail(503, causeShuttingDown, fmt.Errorf("soapgw: exchange aborted: the edge is shutting down and its drain deadline passed"), true)
+	case isOutcomeUnknown(lastErr):
+		// Its connection died after the request was sent, and the response could not
+		// be collected (before the deadline, or the origin no longer holds it).
+		e.log.Warn("exchange outcome unknown", "exchange", x.id, "peer", peer, "err", lastErr)
+		keep = x.fail(502, causeOutcomeUnknown, fmt.Errorf("soapgw: origin %q: %w", peer, lastErr), true)
 	case isTimeout(lastErr) || ctx.Err() != nil:
 		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", peer, e.limits().ExchangeTimeout), true)
 	case isRetryable(lastErr):
@@ -625,7 +638,11 @@ func (e *Edge) respond(x *exchange, sbr *bufio.Reader, resp *responseHead) bool 
 		// Part of the response may be with the client already: the only honest signal
 		// left is to abort the connection so the client cannot take a truncated or
 		// unverified message for a whole one.
-		e.gatewayError(x.cc, x.id, x.route.Upstream, causeTunnelLost, err)
+		cause := causeTunnelLost
+		if isOutcomeUnknown(err) {
+			cause = causeOutcomeUnknown
+		}
+		e.gatewayError(x.cc, x.id, x.route.Upstream, cause, err)
 		abort(x.cc.Conn)
 		outcome = "gateway_error"
 		keep = false
@@ -673,7 +690,10 @@ func (e *Edge) sendStreamed(st Stream, head []byte, req *httpwire.Request) error
 			return fmt.Errorf("%w: %w", errClientBody, rerr)
 		}
 	}
-	return st.CloseWrite()
+	if err := st.CloseWrite(); err != nil {
+		return &requestEndError{err}
+	}
+	return nil
 }
 
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}

@@ -399,6 +399,8 @@ func TestEdgeRetriesStreamResetRefused(t *testing.T) {
 
 // lostStream passes the request through, then fails the response read with a
 // non-retryable error once the upstream has the request (so the origin did see it).
+// lostStream fails its reads once the upstream has the request: a tunnel stream lost
+// after the origin received the exchange.
 type lostStream struct {
 	Stream
 	seen <-chan upstreamReq
@@ -409,18 +411,24 @@ func (s lostStream) Read([]byte) (int, error) {
 	return 0, retryErr{false}
 }
 
-func TestEdgeNoRetryAfterSend(t *testing.T) {
-	t.Run("non-retryable stream error", func(t *testing.T) {
+// TestEdgeResumesAfterSend: a stream that fails after the whole request was sent is never
+// sent again (the server may have it); the edge collects the response with a resume, so
+// the client gets the real answer and the server runs the call once. When the response
+// cannot be collected, the client is told the outcome is unknown, not that the call
+// failed.
+func TestEdgeResumesAfterSend(t *testing.T) {
+	t.Run("stream lost after send", func(t *testing.T) {
 		up := newUpstream(t, okResponse("<ok/>"))
 		var calls atomic.Int32
+		m := NewMetrics(nil)
 		env := newEnv(t, envConfig{
+			Metrics:   m,
 			Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
 			Opener: func(base Opener) Opener {
 				return OpenerFunc(func(ctx context.Context) (Stream, error) {
-					calls.Add(1)
 					st, err := base.OpenStream(ctx)
-					if err != nil {
-						return nil, err
+					if err != nil || calls.Add(1) > 1 {
+						return st, err
 					}
 					return lostStream{Stream: st, seen: up.got}, nil
 				})
@@ -428,31 +436,33 @@ func TestEdgeNoRetryAfterSend(t *testing.T) {
 		})
 		cl := env.dial()
 		cl.send(soapRequest(1, "/svc", "", soapBody))
-		f := cl.readFault()
-		requireGatewayStatus(t, f, 502)
-		require.Equal(t, causeTunnelLost, f.cause)
-		require.True(t, f.resp.Close)
-		cl.requireClosed()
-		require.Equal(t, int32(1), calls.Load(), "no second attempt")
-		require.LessOrEqual(t, len(up.requests()), 1)
+		resp, body := cl.read("POST")
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, "<ok/>", string(body))
+		require.Equal(t, int32(2), calls.Load(), "the exchange's stream, then one resume")
+		require.Len(t, up.requests(), 1, "the request is never sent twice")
+		require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "ok")))
+		require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("origin", "ok")))
 	})
-	t.Run("tunnel session lost", func(t *testing.T) {
+	t.Run("tunnel session lost for good", func(t *testing.T) {
 		release := make(chan struct{})
 		defer close(release)
 		up := newUpstream(t, func(int, upstreamReq) ([]byte, bool) {
 			<-release
 			return []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"), false
 		})
-		env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: up.addr()}}})
+		// One session and no other: the resume never finds a connection, and the
+		// exchange's deadline ends it.
+		env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
+			EdgeLimits: Limits{ExchangeTimeout: 2 * time.Second}})
 		cl := env.dial()
 		cl.send(soapRequest(1, "/svc", "", soapBody))
 		<-up.got
 		require.NoError(t, env.cs.Close())
 		f := cl.readFault()
 		requireGatewayStatus(t, f, 502)
-		require.Equal(t, causeTunnelLost, f.cause)
+		require.Equal(t, causeOutcomeUnknown, f.cause, "the server has the call: its outcome is unknown, not failed")
 		require.True(t, f.resp.Close)
-		require.Equal(t, int32(1), env.opens.Load(), "no second attempt")
 		require.Len(t, up.requests(), 1)
 	})
 }

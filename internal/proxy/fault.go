@@ -39,7 +39,8 @@ const (
 	causeResponseLarge   = "response_too_large"
 	causeNoRoute         = "no_route"
 	causeOriginDown      = "origin_unreachable"
-	causeTunnelLost      = "tunnel_lost"
+	causeTunnelLost      = "tunnel_lost"     // the request did not reach the server whole: not executed
+	causeOutcomeUnknown  = "outcome_unknown" // the server may have executed it; its answer could not be had
 	causeTimeout         = "timeout"
 	causeUpstreamDown    = "upstream_unreachable"
 	causeUpstreamTimeout = "upstream_timeout"
@@ -53,7 +54,7 @@ const (
 // allCauses lists every cause, for metrics that start each series at 0.
 var allCauses = []string{
 	causeBadRequest, causeBadTarget, causeMalformedBody, causeTooManyConns, causeTooLarge, causeResponseLarge, causeNoRoute, causeOriginDown,
-	causeTunnelLost, causeTimeout, causeUpstreamDown, causeUpstreamTimeout, causeUpstreamBad,
+	causeTunnelLost, causeOutcomeUnknown, causeTimeout, causeUpstreamDown, causeUpstreamTimeout, causeUpstreamBad,
 	causeUnknownUpstream, causeOverloaded, causeShuttingDown, causeInternal,
 }
 

@@ -233,6 +233,7 @@ var causeStatuses = map[string][]int{
 	causeNoRoute:         {404},
 	causeOriginDown:      {503},
 	causeTunnelLost:      {502},
+	causeOutcomeUnknown:  {502},
 	causeTimeout:         {504},
 	causeUpstreamDown:    {502},
 	causeUpstreamTimeout: {504},

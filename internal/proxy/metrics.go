@@ -20,6 +20,7 @@ type Metrics struct {
 	connsRefused  prometheus.Counter
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
+	held          *heldMetrics // resumes, and the origin's held responses
 }
 
 // NewMetrics creates the proxy collectors and registers them on reg (nil: unregistered).
@@ -67,6 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_origin_upstream_connections_total",
 			Help: "Connections the origin opened to upstream servers (reused ones are not counted).",
 		}, []string{"upstream"}),
+		held: newHeldMetrics(),
 	}
 	// Create every error series at 0, so the first error shows in increase() and rate()
 	// instead of being hidden as the series' first sample.
@@ -77,6 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns)
+		reg.MustRegister(m.held.collectors()...)
 	}
 	return m
 }

@@ -20,7 +20,13 @@ var metricNames = []string{
 	"soapgw_exchanges_total",
 	"soapgw_gateway_errors_total",
 	"soapgw_http_bytes_total",
+	"soapgw_origin_held_bytes",
+	"soapgw_origin_held_dropped_total",
+	"soapgw_origin_held_exchanges",
+	"soapgw_origin_held_lost_total",
+	"soapgw_origin_resume_tombstones",
 	"soapgw_origin_upstream_connections_total",
+	"soapgw_resumes_total",
 	"soapgw_soap_faults_total",
 }
 

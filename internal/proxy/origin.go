@@ -31,6 +31,7 @@ type Origin struct {
 	cur   atomic.Pointer[Limits]                   // swapped by Reconfigure
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
+	held     *heldStore    // responses kept for edges to collect after a cut; nil: off
 
 	flushDelay time.Duration // cfg.StreamFlushDelay or its default
 }
@@ -66,6 +67,13 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	if o.flushDelay <= 0 {
 		o.flushDelay = DefaultStreamFlushDelay
 	}
+	if cfg.ResumeWindow >= 0 {
+		window := cfg.ResumeWindow
+		if window == 0 {
+			window = DefaultResumeWindow
+		}
+		o.held = newHeldStore(window, cfg.ResumeMaxBytes, m.held)
+	}
 	pools, err := o.newPools(cfg.Upstreams, nil)
 	if err != nil {
 		return nil, err
@@ -91,7 +99,12 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	sbr.Reset(st)
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
-	x, ge, err := o.admit(st, sbr)
+	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
+	if kind, _ := envelope.KindOf(head); err == nil && kind == envelope.KindResume {
+		o.serveResume(ctx, st, head)
+		return
+	}
+	x, ge, err := o.admit(head, err, sbr)
 	if ge != nil {
 		o.fail(st, start, x.id(), x.upstreamName, x.op, ge, err)
 		return
@@ -99,9 +112,33 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer func() { <-o.inflight }()
 	x.start = start
 	x.deadline = start.Add(o.limits().ExchangeTimeout)
+	if o.held != nil {
+		// A held exchange outlives its tunnel connection, for the edge to collect its
+		// response on another (watchAbandon still stops it when the edge resets the
+		// stream, and the deadline bounds it); the server's shutdown still ends it.
+		var stop func()
+		ctx, stop = outliveConnection(ctx)
+		defer stop()
+	}
 	ctx, cancel := context.WithDeadline(ctx, x.deadline)
 	defer cancel()
-	ctx, stopWatch := watchAbandon(ctx, st)
+	var resumable func() bool // nil: the exchange ends with its stream
+	if o.held != nil {
+		h, how := o.held.begin(x.req.ExchangeID, st)
+		switch how {
+		case heldDuplicate:
+			o.serveDuplicate(ctx, st, h)
+			return
+		case heldTombstoned:
+			o.fail(st, start, x.id(), x.upstreamName, x.op, &gatewayError{Status: 502, Cause: causeOutcomeUnknown,
+				Message: fmt.Sprintf("soapgw: exchange %s reached origin %q after its edge had given up on it; not run", x.id(), o.cfg.Node)}, nil)
+			return
+		}
+		hst := &heldStream{Stream: st, h: h}
+		defer hst.finish()
+		st, resumable = hst, h.resumable
+	}
+	ctx, stopWatch := watchAbandon(ctx, st, resumable)
 	defer stopWatch()
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
@@ -166,7 +203,14 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // if st can tell (tunnel streams: Done). Without it the origin would learn only when it
 // writes the response, and an upstream that takes minutes would keep its connection and
 // the exchange's slot all that time for nobody. stop ends the watch.
-func watchAbandon(ctx context.Context, st Stream) (_ context.Context, stop func()) {
+//
+// A stream that failed because its connection died (not reset by the edge) leaves a
+// resumable exchange running: the edge will collect its response on another connection
+// (held.go). resumable is nil when the exchange is not held.
+func watchAbandon(ctx context.Context, st Stream, resumable func() bool) (_ context.Context, stop func()) {
+	if hst, ok := st.(*heldStream); ok {
+		st = hst.Stream
+	}
 	d, ok := st.(interface{ Done() <-chan struct{} })
 	if !ok {
 		return ctx, func() {}
@@ -176,11 +220,40 @@ func watchAbandon(ctx context.Context, st Stream) (_ context.Context, stop func(
 	go func() {
 		select {
 		case <-done:
+			if resumable != nil && resumable() && !resetByEdge(st) {
+				return // the connection died: the exchange goes on for a resume
+			}
 			cancel(errAbandoned)
 		case <-ctx.Done():
 		}
 	}()
 	return ctx, func() { cancel(nil) }
+}
+
+// outliveConnection returns a context that ends with ctx, except when ctx ends because
+// the stream's tunnel connection ended (a cause with ConnectionLost, from the tunnel
+// server): then it goes on.
+func outliveConnection(ctx context.Context) (context.Context, func()) {
+	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		var cl interface{ ConnectionLost() bool }
+		if errors.As(context.Cause(ctx), &cl) && cl.ConnectionLost() {
+			return
+		}
+		cancel(context.Cause(ctx))
+	})
+	return out, func() { stop(); cancel(nil) }
+}
+
+// resetByEdge reports whether a failed stream was reset by the edge (which abandons the
+// exchange) rather than lost with its connection or taken over by a resume.
+func resetByEdge(st Stream) bool {
+	e, ok := st.(interface{ Err() error })
+	if !ok {
+		return true // cannot tell: stop, as before resumes
+	}
+	var rp interface{ ResetByPeer() bool }
+	return errors.As(e.Err(), &rp) && rp.ResetByPeer()
 }
 
 // readBody reads a chunked request body whole when the upstream gets it with a
@@ -244,12 +317,11 @@ func (x *originExchange) id() string {
 	return x.req.ExchangeID
 }
 
-// admit reads the request head from the tunnel, takes an in-flight slot and finds the
-// upstream's pool. On success the caller releases the slot; otherwise a gateway error
+// admit parses the request head (read by ServeStream, err its read error), takes an
+// in-flight slot and finds the upstream's pool. On success the caller releases the slot; otherwise a gateway error
 // says why (with the exchange as far as it was read).
-func (o *Origin) admit(st Stream, sbr *bufio.Reader) (*originExchange, *gatewayError, error) {
+func (o *Origin) admit(head []byte, err error, sbr *bufio.Reader) (*originExchange, *gatewayError, error) {
 	x := &originExchange{}
-	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
 	if err == nil {
 		x.req, err = envelope.ParseRequest(head)
 	}

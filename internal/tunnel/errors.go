@@ -27,6 +27,15 @@ var (
 	ErrNoPeer = errors.New("tunnel: peer unavailable")
 )
 
+// connectionEndedError is the cause of a stream handler's context when the stream's
+// tunnel connection ended (Server), as opposed to the server's own shutdown.
+type connectionEndedError struct{}
+
+func (connectionEndedError) Error() string        { return "tunnel: the stream's connection ended" }
+func (connectionEndedError) ConnectionLost() bool { return true }
+
+var errConnectionEnded error = connectionEndedError{}
+
 // StreamError is a stream reset, sent or received. Refused streams were never processed
 // by the peer and may be retried elsewhere (see Retryable).
 type StreamError struct {

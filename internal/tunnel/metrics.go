@@ -91,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_tunnel_flow_control_stalls_total", Help: "Times a sender waited for stream window credit.",
 		}, []string{"peer"}),
 		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "soapgw_tunnel_dials_total", Help: "Tunnel connection attempts by result (ok, error).",
+			Name: "soapgw_tunnel_dials_total", Help: "Tunnel connection attempts by result: ok, error, extra (an extra connection opened because every connection was at the stream limit; it closes after 30 s idle).",
 		}, []string{"peer", "result"}),
 		streamWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_tunnel_stream_waits_total",
@@ -315,6 +315,15 @@ func (m *Metrics) streamWait(peer, result string) {
 		return
 	}
 	m.streamWaits.WithLabelValues(peer, result).Inc()
+}
+
+// dialExtra counts an extra connection opened at the stream limit: not a reconnection,
+// so alerts on ok dials (flapping) do not count it.
+func (m *Metrics) dialExtra(peer string) {
+	if m == nil {
+		return
+	}
+	m.dials.WithLabelValues(peer, "extra").Inc()
 }
 
 func (m *Metrics) dial(peer string, ok bool) {

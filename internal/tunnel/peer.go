@@ -440,7 +440,7 @@ func (p *Peer) runExtraSession() {
 		p.setSessions(func(ss []*Session) []*Session { return ss }, nil) // waiters look again
 		return
 	}
-	p.m.dial(p.cfg.Name, true)
+	p.m.dialExtra(p.cfg.Name)
 	freed := p.streamFreed
 	s.onFree.Store(&freed)
 	p.log.Info("tunnel connection added: every connection was at the origin's stream limit", "connections", len(p.sessionsSnapshot())+1, "max_connections", p.cfg.MaxConnections)

@@ -202,9 +202,13 @@ func (srv *Server) serveSession(s *Session, who string) {
 		srv.mu.Unlock()
 		_ = s.Close()
 	}()
-	ctx, cancel := context.WithCancel(srv.ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.Context(), cancel)
+	// Handlers' context ends with the server (its drain deadline) or with this
+	// connection; the cause tells which (ConnectionLost), for handlers whose work
+	// outlives the connection (the origin's held exchanges).
+	ctx, cancel := context.WithCancelCause(srv.ctx)
+	// This loop ends when the connection does (or the server, whose cause comes first).
+	defer cancel(errConnectionEnded)
+	stop := context.AfterFunc(s.Context(), func() { cancel(errConnectionEnded) })
 	defer stop()
 	for {
 		st, err := s.AcceptStream(ctx)

@@ -1,0 +1,481 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The origin's held responses: how an exchange survives the death of its tunnel
+// connection.
+//
+// When a tunnel connection dies after the origin has an exchange's request, the upstream
+// call goes on: the origin keeps a copy of the response message it writes (head
+// included) and, once the stream is gone, writes to the copy alone. The edge reconnects,
+// on any connection to the origin, and sends a resume head with the exchange id and how
+// many bytes of the response it already has; the origin answers with the bytes from
+// there (serveResume). So a cut costs the client a delay, not an answer, and the server
+// runs the call once.
+//
+// The copy is bounded in time and size. A response is kept for window after its
+// exchange ended (long enough for a dead connection to be noticed and replaced: the
+// edge's keepalive takes up to 25 s), every response together within maxBytes (oldest
+// finished first out), one response within maxEach. An exchange whose copy had to go is
+// not resumable: if its connection dies, the edge tells its client the outcome is
+// unknown. The copy costs one memory copy of each response while it is small enough.
+//
+// A resume for an exchange the origin does not hold leaves a tombstone for window: if
+// the exchange's request arrives later still (it was in a connection that died slowly),
+// it is refused rather than run after the edge has told its client the outcome was
+// unknown. And an exchange id that is already held is never run twice: a second request
+// with it is answered from the copy, like a resume from offset 0.
+//
+// The held copies live in one origin process. Origins behind one address (replicas of a
+// Kubernetes Service) do not share them: an edge whose resume reaches another replica is
+// told the exchange is not held there, and its client gets outcome_unknown. Run each
+// origin replica behind its own address (one peer each at the edge) where that matters.
+type heldStore struct {
+	window   time.Duration
+	maxBytes int64
+	maxEach  int64
+	now      func() time.Time
+	m        *heldMetrics
+
+	mu       sync.Mutex
+	byID     map[string]*heldExchange
+	finished []*heldExchange // by finish time; head first out (expiry, eviction)
+	head     int
+	bytes    int64 // held bytes, entry overhead included
+	tombs    map[string]time.Time
+}
+
+// heldOverhead is what one held exchange costs beyond its bytes (map entry, struct,
+// channel), counted against maxBytes so that many tiny responses are bounded too. A
+// running exchange counts it even when the budget is full (there are at most
+// max_concurrent_exchanges of them): the budget can be passed by that much.
+const heldOverhead = 256
+
+// Defaults of the held-response bounds (origin.resume_window, origin.resume_max_bytes).
+const (
+	DefaultResumeWindow   = 30 * time.Second
+	DefaultResumeMaxBytes = 64 << 20
+)
+
+func newHeldStore(window time.Duration, maxBytes int64, m *heldMetrics) *heldStore {
+	if maxBytes <= 0 {
+		maxBytes = DefaultResumeMaxBytes
+	}
+	return &heldStore{
+		window: window, maxBytes: maxBytes, maxEach: maxBytes / 8, now: time.Now, m: m,
+		byID: make(map[string]*heldExchange), tombs: make(map[string]time.Time),
+	}
+}
+
+// heldExchange is one exchange's response as the origin wrote it.
+type heldExchange struct {
+	s  *heldStore
+	id string
+
+	mu         sync.Mutex
+	buf        []byte
+	accounted  int64 // bytes counted in s.bytes for it
+	lost       bool  // the copy was dropped: not resumable
+	done       bool  // the response (or an error head) is complete
+	attached   Stream
+	changed    chan struct{} // closed and replaced on every change, for resumes waiting
+	finishedAt time.Time
+}
+
+// errResumeOffset answers a resume that claims more of the response than there is.
+var errResumeOffset = errors.New("soapgw: resume offset beyond the held response")
+
+// heldRefusal says how begin treated an exchange id.
+type heldRefusal int
+
+const (
+	heldNew heldRefusal = iota
+	heldDuplicate
+	heldTombstoned
+)
+
+// begin registers a new exchange whose response st will carry. A duplicate id gets the
+// held exchange back instead (heldDuplicate), a tombstoned one nothing (heldTombstoned).
+func (s *heldStore) begin(id string, st Stream) (*heldExchange, heldRefusal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked()
+	if h := s.byID[id]; h != nil {
+		return h, heldDuplicate
+	}
+	if _, ok := s.tombs[id]; ok {
+		return nil, heldTombstoned
+	}
+	h := &heldExchange{s: s, id: id, attached: st, changed: make(chan struct{}), accounted: heldOverhead}
+	s.byID[id] = h
+	s.bytes += heldOverhead
+	s.m.entries.Inc()
+	return h, heldNew
+}
+
+// lookup finds a held exchange for a resume. An unknown id is tombstoned.
+func (s *heldStore) lookup(id string) *heldExchange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked()
+	if h := s.byID[id]; h != nil {
+		return h
+	}
+	s.tombs[id] = s.now()
+	s.m.tombstones.Set(float64(len(s.tombs)))
+	return nil
+}
+
+// expireLocked drops finished exchanges older than the window, and old tombstones.
+func (s *heldStore) expireLocked() {
+	cut := s.now().Add(-s.window)
+	for s.head < len(s.finished) {
+		h := s.finished[s.head]
+		h.mu.Lock()
+		old := h.finishedAt.Before(cut)
+		h.mu.Unlock()
+		if !old {
+			break
+		}
+		s.dropLocked(h, "expired")
+	}
+	s.compactLocked()
+	if len(s.tombs) > 0 {
+		for id, at := range s.tombs {
+			if at.Before(cut) {
+				delete(s.tombs, id)
+			}
+		}
+		s.m.tombstones.Set(float64(len(s.tombs)))
+	}
+}
+
+// dropLocked forgets the exchange at the head of the finished queue.
+func (s *heldStore) dropLocked(h *heldExchange, why string) {
+	s.finished[s.head] = nil
+	s.head++
+	if s.byID[h.id] == h {
+		delete(s.byID, h.id)
+	}
+	h.mu.Lock()
+	s.bytes -= h.accounted
+	h.accounted, h.buf, h.lost = 0, nil, true
+	h.mu.Unlock()
+	s.m.entries.Dec()
+	s.m.dropped.WithLabelValues(why).Inc()
+	s.m.bytes.Set(float64(s.bytes))
+}
+
+func (s *heldStore) compactLocked() {
+	if s.head > 64 && s.head*2 > len(s.finished) {
+		n := copy(s.finished, s.finished[s.head:])
+		clear(s.finished[n:])
+		s.finished, s.head = s.finished[:n], 0
+	}
+	if s.head == len(s.finished) {
+		s.finished, s.head = s.finished[:0], 0
+	}
+}
+
+// reserve accounts n more bytes for h, evicting the oldest finished exchanges if the
+// budget needs it. It reports false when the bytes do not fit (h is then lost).
+func (s *heldStore) reserve(h *heldExchange, n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.bytes+n > s.maxBytes && s.head < len(s.finished) {
+		s.dropLocked(s.finished[s.head], "evicted")
+	}
+	s.compactLocked()
+	if s.bytes+n > s.maxBytes {
+		return false
+	}
+	s.bytes += n
+	s.m.bytes.Set(float64(s.bytes))
+	return true
+}
+
+// release returns bytes to the budget (an exchange lost its copy while running).
+func (s *heldStore) release(n int64) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.bytes -= n
+	s.m.bytes.Set(float64(s.bytes))
+	s.mu.Unlock()
+}
+
+// finish queues h for expiry; a lost h is forgotten at once.
+func (s *heldStore) finish(h *heldExchange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.mu.Lock()
+	lost := h.lost
+	h.mu.Unlock()
+	if lost {
+		if s.byID[h.id] == h {
+			delete(s.byID, h.id)
+			s.m.entries.Dec()
+		}
+		h.mu.Lock()
+		s.bytes -= h.accounted
+		h.accounted = 0
+		h.mu.Unlock()
+		s.m.bytes.Set(float64(s.bytes))
+		return
+	}
+	s.finished = append(s.finished, h)
+}
+
+// record keeps a copy of p, the next bytes of h's response message. Over maxEach or the
+// budget, h loses its copy for good.
+func (h *heldExchange) record(p []byte) {
+	h.mu.Lock()
+	if h.lost {
+		h.mu.Unlock()
+		return
+	}
+	n := int64(len(p))
+	if int64(len(h.buf))+n > h.s.maxEach {
+		free := h.loseLocked("too_large")
+		h.mu.Unlock()
+		h.s.release(free)
+		return
+	}
+	h.mu.Unlock()
+	ok := h.s.reserve(h, n) // without h.mu: the store's lock comes first
+	h.mu.Lock()
+	var free int64
+	switch {
+	case h.lost: // dropped meanwhile: give back what was reserved
+		if ok {
+			free = n
+		}
+	case !ok:
+		free = h.loseLocked("budget")
+	default:
+		h.accounted += n
+		h.buf = append(h.buf, p...)
+		h.wakeLocked()
+	}
+	h.mu.Unlock()
+	h.s.release(free)
+}
+
+// loseLocked drops h's copy: its exchange cannot be resumed any more. It returns the
+// bytes to give back to the store, which the caller does once h.mu is released (the
+// store's lock is always taken first).
+func (h *heldExchange) loseLocked(why string) (free int64) {
+	h.lost = true
+	h.buf = nil
+	if n := h.accounted - heldOverhead; n > 0 {
+		free = n
+		h.accounted = heldOverhead
+	}
+	h.s.m.lost.WithLabelValues(why).Inc()
+	h.wakeLocked()
+	return free
+}
+
+func (h *heldExchange) wakeLocked() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// complete marks the response whole and starts its window.
+func (h *heldExchange) complete() {
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return
+	}
+	h.done = true
+	h.attached = nil
+	h.finishedAt = h.s.now()
+	h.wakeLocked()
+	h.mu.Unlock()
+	h.s.finish(h)
+}
+
+// resumable reports whether h still has its whole copy.
+func (h *heldExchange) resumable() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.lost
+}
+
+// takeOver detaches the original stream, if it is still attached: a resume arrived, so
+// the edge has given it up, even if this side has not noticed yet. Closing it resets it,
+// and the exchange's writes go on to the copy alone.
+func (h *heldExchange) takeOver() {
+	h.mu.Lock()
+	st := h.attached
+	h.attached = nil
+	h.mu.Unlock()
+	if st != nil {
+		_ = st.Close()
+	}
+}
+
+// wait blocks until h's response is complete or lost, or ctx ends; it returns the bytes
+// of the response message from offset (nil when lost).
+func (h *heldExchange) wait(ctx context.Context, offset int64) (tail []byte, err error) {
+	for {
+		h.mu.Lock()
+		switch {
+		case h.lost:
+			h.mu.Unlock()
+			return nil, nil
+		case h.done:
+			b := h.buf
+			h.mu.Unlock()
+			if offset > int64(len(b)) {
+				return nil, errResumeOffset
+			}
+			return b[offset:], nil
+		}
+		changed := h.changed
+		h.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// heldMetrics are the held-response collectors (registered with the proxy's Metrics).
+type heldMetrics struct {
+	entries    prometheus.Gauge
+	bytes      prometheus.Gauge
+	tombstones prometheus.Gauge
+	dropped    *prometheus.CounterVec
+	lost       *prometheus.CounterVec
+	resumes    *prometheus.CounterVec
+}
+
+func newHeldMetrics() *heldMetrics {
+	m := &heldMetrics{
+		entries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "soapgw_origin_held_exchanges",
+			Help: "Exchanges whose response the origin holds so that an edge can collect it after a tunnel connection died (running, or finished within origin.resume_window).",
+		}),
+		bytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "soapgw_origin_held_bytes",
+			Help: "Bytes of held responses, per-exchange overhead included; bounded by origin.resume_max_bytes.",
+		}),
+		tombstones: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "soapgw_origin_resume_tombstones",
+			Help: "Exchange ids an edge asked for that this origin did not hold: a request with one of them arriving later is refused, not run.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_origin_held_dropped_total",
+			Help: "Finished held responses forgotten, by why: expired (origin.resume_window passed) or evicted (origin.resume_max_bytes needed the room).",
+		}, []string{"reason"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_origin_held_lost_total",
+			Help: "Exchanges whose response copy was dropped while they ran, so they cannot be resumed, by why: too_large (over resume_max_bytes/8), budget (resume_max_bytes full of running exchanges), failed (the exchange ended without a whole response: the upstream or the request failed part-way).",
+		}, []string{"reason"}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_resumes_total",
+			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once).",
+		}, []string{"role", "result"}),
+	}
+	for _, r := range []string{"expired", "evicted"} {
+		m.dropped.WithLabelValues(r)
+	}
+	for _, r := range []string{"too_large", "budget", "failed"} {
+		m.lost.WithLabelValues(r)
+	}
+	for _, role := range []string{"edge", "origin"} {
+		for _, r := range []string{"ok", "not_held", "lost", "failed"} {
+			m.resumes.WithLabelValues(role, r)
+		}
+	}
+	m.resumes.WithLabelValues("origin", "duplicate")
+	return m
+}
+
+func (m *heldMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.entries, m.bytes, m.tombstones, m.dropped, m.lost, m.resumes}
+}
+
+// heldStream is an exchange's stream as the origin writes its response: every byte also
+// goes to the held copy, and once the stream fails (its connection died, or a resume
+// took over) the writes go on to the copy alone, so the upstream call completes for the
+// edge to collect. Without a whole copy, a failed stream fails the writes as before.
+type heldStream struct {
+	Stream
+	h        *heldExchange
+	detached bool
+	closed   bool // CloseWrite ran: the message is whole
+}
+
+// errHeldLost fails the writes of an exchange whose stream is gone and whose copy was
+// dropped: nobody can collect the rest.
+var errHeldLost = errors.New("soapgw: tunnel stream lost and the response is too large to hold for a resume")
+
+func (w *heldStream) Write(p []byte) (int, error) {
+	w.h.record(p)
+	if !w.detached {
+		n, err := w.Stream.Write(p)
+		if err == nil || !w.h.resumable() {
+			return n, err
+		}
+		w.detached = true
+	}
+	if !w.h.resumable() {
+		return 0, errHeldLost
+	}
+	return len(p), nil
+}
+
+func (w *heldStream) Flush() error {
+	if w.detached {
+		return nil
+	}
+	if err := w.Stream.Flush(); err != nil {
+		if !w.h.resumable() {
+			return err
+		}
+		w.detached = true
+	}
+	return nil
+}
+
+// CloseWrite ends the message on the stream (when it is still there) and in the copy.
+func (w *heldStream) CloseWrite() error {
+	if !w.detached {
+		if err := w.Stream.CloseWrite(); err != nil {
+			if !w.h.resumable() {
+				return err
+			}
+			w.detached = true
+		}
+	}
+	if !w.h.resumable() && w.detached {
+		return errHeldLost
+	}
+	w.closed = true
+	w.h.complete()
+	return nil
+}
+
+// finish ends the exchange's hold: a message that never ended (the exchange failed
+// part-way) cannot be resumed, and a resume waiting for it learns so at once.
+func (w *heldStream) finish() {
+	if !w.closed {
+		w.h.mu.Lock()
+		free := w.h.loseLocked("failed")
+		w.h.mu.Unlock()
+		w.h.s.release(free)
+		w.h.complete()
+	}
+}

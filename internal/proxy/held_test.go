@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+)
+
+func testHeldStore(window time.Duration, maxBytes int64) (*heldStore, *time.Time) {
+	now := time.Unix(1000, 0)
+	s := newHeldStore(window, maxBytes, newHeldMetrics())
+	s.now = func() time.Time { return now }
+	return s, &now
+}
+
+func TestHeldStoreResumeFromOffset(t *testing.T) {
+	s, _ := testHeldStore(time.Minute, 1<<20)
+	h, how := s.begin("x-1", nil)
+	require.Equal(t, heldNew, how)
+	h.record([]byte("hello "))
+	h.record([]byte("world"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	got := make(chan []byte, 1)
+	go func() {
+		b, err := s.lookup("x-1").wait(ctx, 6)
+		require.NoError(t, err)
+		got <- b
+	}()
+	h.complete()
+	require.Equal(t, []byte("world"), <-got)
+
+	_, err := h.wait(ctx, 12)
+	require.ErrorIs(t, err, errResumeOffset)
+}
+
+func TestHeldStoreDuplicateAndTombstone(t *testing.T) {
+	s, now := testHeldStore(30*time.Second, 1<<20)
+	h, _ := s.begin("a", nil)
+	again, how := s.begin("a", nil)
+	require.Equal(t, heldDuplicate, how, "an id already held is never run twice")
+	require.Same(t, h, again)
+
+	require.Nil(t, s.lookup("b"), "never seen")
+	_, how = s.begin("b", nil)
+	require.Equal(t, heldTombstoned, how, "a request arriving after its resume is refused")
+
+	*now = now.Add(31 * time.Second)
+	_, how = s.begin("b", nil)
+	require.Equal(t, heldNew, how, "tombstones last one window")
+}
+
+func TestHeldStoreExpiresAfterWindow(t *testing.T) {
+	s, now := testHeldStore(30*time.Second, 1<<20)
+	h, _ := s.begin("a", nil)
+	h.record(make([]byte, 1000))
+	h.complete()
+	require.NotNil(t, s.lookup("a"))
+	require.Equal(t, int64(1000+heldOverhead), s.bytes)
+
+	*now = now.Add(29 * time.Second)
+	require.NotNil(t, s.lookup("a"))
+	*now = now.Add(2 * time.Second)
+	require.Nil(t, s.lookup("a"), "expired")
+	require.Zero(t, s.bytes)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.m.dropped.WithLabelValues("expired")))
+}
+
+func TestHeldStoreBudget(t *testing.T) {
+	const budget = 8 * 1024
+	s, _ := testHeldStore(time.Minute, budget)
+	require.Equal(t, int64(1024), s.maxEach)
+
+	// Over maxEach: the exchange loses its copy and cannot be resumed.
+	big, _ := s.begin("big", nil)
+	big.record(make([]byte, 600))
+	big.record(make([]byte, 600))
+	require.False(t, big.resumable())
+	b, err := big.wait(context.Background(), 0)
+	require.NoError(t, err)
+	require.Nil(t, b, "lost")
+	big.complete()
+	require.Zero(t, s.bytes, "a lost exchange holds nothing once finished")
+
+	// Finished exchanges make room for running ones, oldest first.
+	for i := range 12 { // 12 x 856 B > 8 KiB
+		h, _ := s.begin(fmt.Sprintf("f%d", i+1), nil)
+		h.record(make([]byte, 600))
+		h.complete()
+	}
+	require.LessOrEqual(t, s.bytes, int64(budget))
+	require.True(t, s.lookup("f1") == nil, "evicted first")
+	require.True(t, s.lookup("f12") != nil)
+	require.Positive(t, testutil.ToFloat64(s.m.dropped.WithLabelValues("evicted")))
+
+	// Running exchanges are never evicted: when they fill the budget, the next loses.
+	var running []*heldExchange
+	for i := range 20 {
+		h, _ := s.begin(string(rune('A'+i)), nil)
+		h.record(make([]byte, 1000))
+		running = append(running, h)
+	}
+	// Running exchanges always count their overhead (at most max_concurrent_exchanges of
+	// them); their bytes stay within the budget.
+	require.LessOrEqual(t, s.bytes, int64(budget+20*heldOverhead))
+	require.True(t, running[0].resumable())
+	require.False(t, running[19].resumable())
+	require.Positive(t, testutil.ToFloat64(s.m.lost.WithLabelValues("budget")))
+	for _, h := range running {
+		h.complete()
+	}
+}
+
+func TestHeldTakeOverClosesOriginalStream(t *testing.T) {
+	s, _ := testHeldStore(time.Minute, 1<<20)
+	st := &closeCounter{}
+	h, _ := s.begin("a", st)
+	h.takeOver()
+	h.takeOver()
+	require.Equal(t, 1, st.closed)
+}
+
+type closeCounter struct {
+	Stream
+	closed int
+}
+
+func (c *closeCounter) Close() error { c.closed++; return nil }
