@@ -54,7 +54,7 @@ func TestConfigCheckPrintsDefaults(t *testing.T) {
 	t.Setenv("SOAPGW_KEY_FILE", "../../testdata/example-tunnel.key") // as a deployment mounts its key
 	code, out, stderr := runCLI(t, "config", "check", "../../deploy/examples/both.yaml")
 	require.Equal(t, exitOK, code, stderr)
-	for _, want := range []string{"max_concurrent_exchanges: 4096", "connections: 1", "pool_size: 64", "exchange_timeout: 1m0s", "chunked: false", "handshake_timeout: 5s"} {
+	for _, want := range []string{"max_concurrent_exchanges: 4096", "connections: 1", "pool_size: 64", "exchange_timeout: 10m0s", "response_timeout: 0s", "chunked: false", "handshake_timeout: 5s"} {
 		require.Contains(t, out, want)
 	}
 }

@@ -91,8 +91,13 @@ type Limits struct {
 	// status line plus headers). Default: 64KiB.
 	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
 	// ExchangeTimeout is the deadline for a whole exchange as the edge sees
-	// it, from the first byte of the request to the end of the response.
-	// Default: 60s.
+	// it, from the first byte of the request to the end of the response; the
+	// origin applies its own to its part. A backstop, not a service target:
+	// the gateway should never cut a call its client would still wait for,
+	// and SOAP clients wait 60s (Axis2, CXF, WCF), 100s (.NET), 10m (Axis 1)
+	// or without limit (zeep, gSOAP) by default. A client that gives up
+	// first ends its exchange itself when it resets its connection. Keep it
+	// the same on both gateways. Default: 10m.
 	ExchangeTimeout time.Duration `yaml:"exchange_timeout"`
 	// MaxConcurrentExchanges caps the exchanges in flight in this process.
 	// Default: 4096.
@@ -414,8 +419,11 @@ type Upstream struct {
 	// ConnectTimeout bounds connecting (and the TLS handshake) to the
 	// upstream. Default: 5s.
 	ConnectTimeout time.Duration `yaml:"connect_timeout"`
-	// ResponseTimeout bounds the wait for the first byte of the response
-	// head after the request was sent. Default: 30s.
+	// ResponseTimeout bounds the wait for the response head after the
+	// request was sent; past it the client gets 504 upstream_timeout. 0: no
+	// bound of its own, only limits.exchange_timeout (and the client going
+	// away, and the drain). Set it only for a service known to answer
+	// quickly, to fail fast when it hangs. Default: 0 (none).
 	ResponseTimeout time.Duration `yaml:"response_timeout"`
 	// IdleTimeout closes a pooled keep-alive connection idle this long.
 	// Default: 60s.
@@ -442,7 +450,7 @@ func Default() *Config {
 			MaxRequestBytes:        32 * MiB,
 			MaxResponseBytes:       64 * MiB,
 			MaxHeaderBytes:         64 * KiB,
-			ExchangeTimeout:        60 * time.Second,
+			ExchangeTimeout:        10 * time.Minute,
 			MaxConcurrentExchanges: 4096,
 			IdleTimeout:            90 * time.Second,
 			MaxClientConnections:   10000,
@@ -524,7 +532,6 @@ func (u *Upstream) setDefaults() {
 	u.HTTPVersion = HTTP11
 	u.HostHeader = HostHeaderPreserve
 	u.ConnectTimeout = 5 * time.Second
-	u.ResponseTimeout = 30 * time.Second
 	u.IdleTimeout = 60 * time.Second
 	u.PoolSize = 64
 }

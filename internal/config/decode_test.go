@@ -337,11 +337,11 @@ func TestParseDefaults(t *testing.T) {
 			Upstreams: []Upstream{
 				{
 					Name: "new", URL: "http://new", HTTPVersion: "1.1", Chunked: &no, HostHeader: "preserve",
-					ConnectTimeout: 5 * time.Second, ResponseTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, PoolSize: 64,
+					ConnectTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second, PoolSize: 64,
 				},
 				{
 					Name: "old", URL: "http://old", HTTPVersion: "1.0", Chunked: &no, HostHeader: "preserve",
-					ConnectTimeout: 5 * time.Second, ResponseTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, PoolSize: 64,
+					ConnectTimeout: 5 * time.Second, IdleTimeout: 60 * time.Second, PoolSize: 64,
 				},
 			},
 			MaxConnections:         256,
@@ -356,7 +356,7 @@ func TestParseDefaults(t *testing.T) {
 		},
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,
-			ExchangeTimeout: 60 * time.Second, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
+			ExchangeTimeout: 10 * time.Minute, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
 			MaxClientConnections: 10000, FaultStatus: "soap",
 		},
 		Codecs: CodecConfig{

@@ -95,7 +95,7 @@ origin:
       chunked: false
       host_header: preserve
       connect_timeout: 5s
-      response_timeout: 30s
+      response_timeout: 0s
       idle_timeout: 1m0s
       pool_size: 64
       insecure_skip_verify: false
@@ -112,7 +112,7 @@ limits:
   max_request_bytes: 32MiB
   max_response_bytes: 64MiB
   max_header_bytes: 64KiB
-  exchange_timeout: 1m0s
+  exchange_timeout: 10m0s
   max_concurrent_exchanges: 4096
   idle_timeout: 1m30s
   max_client_connections: 10000

@@ -234,7 +234,9 @@ func (u *Upstream) validate(errs *errorList, p string) {
 	}
 	checkOneOf(errs, p+".host_header", "host_header", u.HostHeader, []string{HostHeaderPreserve, HostHeaderUpstream})
 	checkPositive(errs, p+".connect_timeout", u.ConnectTimeout)
-	checkPositive(errs, p+".response_timeout", u.ResponseTimeout)
+	if u.ResponseTimeout < 0 {
+		errs.add(p+".response_timeout", "must not be negative, got %s", u.ResponseTimeout)
+	}
 	checkPositive(errs, p+".idle_timeout", u.IdleTimeout)
 	if u.PoolSize < 0 {
 		errs.add(p+".pool_size", "must not be negative, got %d", u.PoolSize)

@@ -345,7 +345,7 @@ func TestParseValidationErrors(t *testing.T) {
 				"      http_version: 2",            // 7
 				"      host_header: rewrite",       // 8
 				"      connect_timeout: 0s",        // 9
-				"      response_timeout: 0s",       // 10
+				"      response_timeout: 0s",       // 10: none, valid
 				"      idle_timeout: 0s",           // 11
 				"      pool_size: -1",              // 12
 				"      insecure_skip_verify: true", // 13
@@ -354,7 +354,6 @@ func TestParseValidationErrors(t *testing.T) {
 				`x.yaml:8: origin.upstreams[0].http_version: unknown http_version "2" (allowed: 1.1, 1.0)`,
 				`x.yaml:9: origin.upstreams[0].host_header: unknown host_header "rewrite" (allowed: preserve, upstream)`,
 				"x.yaml:10: origin.upstreams[0].connect_timeout: must be greater than 0",
-				"x.yaml:11: origin.upstreams[0].response_timeout: must be greater than 0",
 				"x.yaml:12: origin.upstreams[0].idle_timeout: must be greater than 0",
 				"x.yaml:13: origin.upstreams[0].pool_size: must not be negative, got -1",
 				"x.yaml:14: origin.upstreams[0].insecure_skip_verify: only applies to https URLs",

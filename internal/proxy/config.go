@@ -36,7 +36,7 @@ type Limits struct {
 	MaxRequestBytes        int64         // request body; larger gets 413 (default 32 MiB)
 	MaxResponseBytes       int64         // response body the edge buffers for HTTP/1.0 clients (default 64 MiB)
 	MaxHeaderBytes         int           // request/response head (default 64 KiB)
-	ExchangeTimeout        time.Duration // whole exchange as the edge sees it (default 60 s)
+	ExchangeTimeout        time.Duration // whole exchange as the edge sees it (default DefaultExchangeTimeout)
 	IdleTimeout            time.Duration // client keep-alive idle (default 90 s)
 	MaxConcurrentExchanges int           // per process; more get 503 (default 4096)
 	// MaxClientConnections caps the client connections an edge holds open across its
@@ -54,6 +54,16 @@ type Limits struct {
 	FaultStatus FaultStatus
 }
 
+// DefaultExchangeTimeout bounds an exchange when Limits.ExchangeTimeout is not set. It is
+// a backstop, not a service-level target: the gateway should never cut a call its client
+// would still wait for. SOAP clients wait 60 s (Axis2, CXF, WCF), 100 s (.NET
+// HttpWebRequest), 10 min (Axis 1) or without limit (zeep, gSOAP) by default, so the
+// default is the longest finite one. A client that gives up first ends the exchange
+// itself: the edge sees its connection reset and abandons the exchange (watchClient), and
+// the origin closes the upstream connection. What the backstop frees is an exchange whose
+// client never gives up on a server that never answers.
+const DefaultExchangeTimeout = 10 * time.Minute
+
 func (l Limits) withDefaults() Limits {
 	if l.MaxRequestBytes <= 0 {
 		l.MaxRequestBytes = 32 << 20
@@ -65,7 +75,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxHeaderBytes = 64 << 10
 	}
 	if l.ExchangeTimeout <= 0 {
-		l.ExchangeTimeout = 60 * time.Second
+		l.ExchangeTimeout = DefaultExchangeTimeout
 	}
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = 90 * time.Second
@@ -158,12 +168,17 @@ type Upstream struct {
 	TLS                bool
 	InsecureSkipVerify bool
 	HTTP10             bool // speak HTTP/1.0: Content-Length bodies only
-	Chunked            bool // the upstream accepts chunked request bodies
-	RewriteHost        bool // replace the client's Host with Address
-	ConnectTimeout     time.Duration
-	ResponseTimeout    time.Duration // until the response head arrives
-	IdleTimeout        time.Duration // pooled connection idle
-	PoolSize           int           // idle connections kept
+	// Chunked says the upstream accepts chunked request bodies: a body of unknown length
+	// streams to it chunked (HTTP/1.1 only). False (the default): the origin reads such a
+	// body whole, up to Limits.MaxRequestBytes, and sends it with a Content-Length.
+	Chunked        bool
+	RewriteHost    bool // replace the client's Host with Address
+	ConnectTimeout time.Duration
+	// ResponseTimeout bounds the wait for the response head after the request was sent;
+	// 0 (the default): only the exchange deadline does.
+	ResponseTimeout time.Duration
+	IdleTimeout     time.Duration // pooled connection idle
+	PoolSize        int           // idle connections kept
 }
 
 // OriginConfig configures the server-side gateway.

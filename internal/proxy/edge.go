@@ -280,11 +280,17 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		start := time.Now()
 		deadline := start.Add(e.limits().ExchangeTimeout)
 		_ = cc.SetDeadline(deadline)
+		// The head must also come within idle_timeout: the exchange deadline is long (it
+		// waits for slow servers), a client trickling a head is not a slow server.
+		if idle := start.Add(e.limits().IdleTimeout); idle.Before(deadline) {
+			_ = cc.SetReadDeadline(idle)
+		}
 		req, err := httpwire.ReadRequest(br, httpwire.Limits{MaxHeaderBytes: e.limits().MaxHeaderBytes})
 		if err != nil {
 			e.rejectRequest(cc, bw, err)
 			return
 		}
+		_ = cc.SetReadDeadline(deadline)
 		keep := e.exchange(cc, bw, req, listener, start, deadline)
 		cc.busy.Store(false)
 		if !keep {
@@ -343,6 +349,9 @@ type exchange struct {
 	route    *Route
 	start    time.Time
 	deadline time.Time
+
+	abandon   context.CancelCauseFunc // ends the exchange's context (watchClient)
+	stopWatch func()                  // set while watchClient runs
 }
 
 func (x *exchange) upstream() string {
@@ -465,6 +474,9 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	// (abortCtx); every stream opened for this exchange is reset when it ends.
 	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
 	defer cancel()
+	ctx, x.abandon = context.WithCancelCause(ctx)
+	defer x.abandon(nil)
+	defer x.endWatch()
 	st, sbr, resp, gwErr, keep := e.roundTrip(ctx, x, msg, replayable)
 	if st == nil {
 		return keep // a fault was sent
@@ -533,10 +545,16 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		opener = x.route.Opener
 	}
 	var lastErr error
+	if replayable {
+		x.startWatch() // the request is read whole
+	}
 	for attempt := 0; attempt < 3; attempt++ {
 		var err error
 		st, err = opener.OpenStream(ctx)
 		if err != nil {
+			if x.clientWentAway(ctx) {
+				return nil, nil, nil, nil, false
+			}
 			if ctx.Err() != nil {
 				return nil, nil, nil, nil, x.fail(504, causeTimeout, fmt.Errorf("soapgw: origin %q not reachable within the exchange deadline: %w", peer, err), false)
 			}
@@ -571,6 +589,8 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 				}
 				e.gatewayError(x.cc, x.id, x.route.Upstream, causeBadRequest, err)
 				return nil, nil, nil, nil, false
+			case err == nil:
+				x.startWatch()
 			}
 		}
 		if err == nil || isRequestEnd(err) {
@@ -600,6 +620,8 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		e.log.Info("exchange refused by tunnel; retrying", "exchange", x.id, "peer", peer, "attempt", attempt+1, "err", err)
 	}
 	switch {
+	case x.clientWentAway(ctx):
+		keep = false
 	case e.abortCtx.Err() != nil:
 		keep = x.fail(503, causeShuttingDown, fmt.Errorf("soapgw: exchange aborted: the edge is shutting down and its drain deadline passed"), true)
 	case isOutcomeUnknown(lastErr):

@@ -11,7 +11,7 @@ func TestEdgeReconfigure(t *testing.T) {
 	peers := map[string]Opener{"dc1": OpenerFunc(nil)}
 	e, err := NewEdge(EdgeConfig{Routes: []Route{{Peer: "dc1", Upstream: "a"}}, Peers: peers}, nil, nil)
 	require.NoError(t, err)
-	require.Equal(t, 60*time.Second, e.limits().ExchangeTimeout)
+	require.Equal(t, DefaultExchangeTimeout, e.limits().ExchangeTimeout)
 
 	routes := []Route{{PathPrefix: "/b/", Peer: "dc1", Upstream: "b"}, {Peer: "dc1", Upstream: "a"}}
 	require.NoError(t, e.Reconfigure(routes, Limits{ExchangeTimeout: 5 * time.Second}))
