@@ -704,7 +704,9 @@ func measure(ctx context.Context, o Options, link Link, st *Started, s *Scenario
 	r.RequestBytes, r.ResponseBytes = (&Scenario{Calls: sub.Calls[warm:]}).bytesPerCall()
 	r.Warmup = warm
 	est := estimateCall(p, s.spec, 1)
-	callTimeout := max(30*time.Second, 20*est)
+	// c calls in flight share the link: each takes about c times a call's
+	// serialization when the messages are large (24 x 200 KB on 3g: 40 s each).
+	callTimeout := max(30*time.Second, 20*est, 3*time.Duration(c)*estimateCall(p, s.spec, c))
 	call := func(ctx context.Context, i int) error { return CallOnce(ctx, st.Target, sub, i) }
 	label := fmt.Sprintf("c=%d %s", c, r.Config)
 
