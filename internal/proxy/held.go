@@ -50,6 +50,12 @@ type heldStore struct {
 	head     int
 	bytes    int64 // held bytes, entry overhead included
 	tombs    map[string]time.Time
+	tombQ    []tombstone // tombs by time, oldest first: expiry looks at the head only
+}
+
+type tombstone struct {
+	id string
+	at time.Time
 }
 
 // heldOverhead is what one held exchange costs beyond its bytes (map entry, struct,
@@ -128,8 +134,12 @@ func (s *heldStore) lookup(id string) *heldExchange {
 	if h := s.byID[id]; h != nil {
 		return h
 	}
-	s.tombs[id] = s.now()
-	s.m.tombstones.Set(float64(len(s.tombs)))
+	if _, ok := s.tombs[id]; !ok {
+		now := s.now()
+		s.tombs[id] = now
+		s.tombQ = append(s.tombQ, tombstone{id, now})
+		s.m.tombstones.Set(float64(len(s.tombs)))
+	}
 	return nil
 }
 
@@ -147,12 +157,15 @@ func (s *heldStore) expireLocked() {
 		s.dropLocked(h, "expired")
 	}
 	s.compactLocked()
-	if len(s.tombs) > 0 {
-		for id, at := range s.tombs {
-			if at.Before(cut) {
-				delete(s.tombs, id)
-			}
-		}
+	// Tombstones in the order they were made: this runs for every exchange, so it looks
+	// only at the oldest.
+	n := 0
+	for n < len(s.tombQ) && s.tombQ[n].at.Before(cut) {
+		delete(s.tombs, s.tombQ[n].id)
+		n++
+	}
+	if n > 0 {
+		s.tombQ = append(s.tombQ[:0], s.tombQ[n:]...)
 		s.m.tombstones.Set(float64(len(s.tombs)))
 	}
 }
