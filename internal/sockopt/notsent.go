@@ -18,15 +18,11 @@ const TunnelNotSentLowat = 32 << 10
 
 // SetNotSentLowat sets TCP_NOTSENT_LOWAT on the TCP connection c.
 func SetNotSentLowat(c net.Conn, bytes int) error {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return fmt.Errorf("%w: %T is not a socket", ErrUnsupported, c)
+	var serr error
+	if err := control(c, "TCP_NOTSENT_LOWAT", func(fd uintptr) { serr = setNotSentLowat(fd, bytes) }); err != nil {
+		return err
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("TCP_NOTSENT_LOWAT: %w", err)
-	}
-	return NotSentLowatRaw(raw, bytes)
+	return serr
 }
 
 // NotSentLowatRaw sets TCP_NOTSENT_LOWAT on a raw socket (a net.Dialer's Control).
@@ -40,17 +36,9 @@ func NotSentLowatRaw(raw syscall.RawConn, bytes int) error {
 
 // NotSentLowat reports the TCP_NOTSENT_LOWAT of c (0: the system default).
 func NotSentLowat(c net.Conn) (int, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return 0, fmt.Errorf("%w: %T is not a socket", ErrUnsupported, c)
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
 	var v int
 	var serr error
-	if err := raw.Control(func(fd uintptr) { v, serr = notSentLowat(fd) }); err != nil {
+	if err := control(c, "TCP_NOTSENT_LOWAT", func(fd uintptr) { v, serr = notSentLowat(fd) }); err != nil {
 		return 0, err
 	}
 	return v, serr

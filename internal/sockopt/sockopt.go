@@ -35,19 +35,27 @@ func SetRTOMin(c net.Conn, d time.Duration) error {
 	if d <= 0 || d > MaxRTOMin {
 		return fmt.Errorf("minimum RTO %s out of range (0, %s]", d, MaxRTOMin)
 	}
+	var serr error
+	if err := control(c, "minimum RTO", func(fd uintptr) { serr = setRTOMin(fd, d) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// control runs f on c's socket; what names the option, for errors.
+func control(c net.Conn, what string, f func(fd uintptr)) error {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
 		return fmt.Errorf("%w: %T is not a socket", ErrUnsupported, c)
 	}
 	raw, err := sc.SyscallConn()
+	if err == nil {
+		err = raw.Control(f)
+	}
 	if err != nil {
-		return fmt.Errorf("minimum RTO: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) { serr = setRTOMin(fd, d) }); err != nil {
-		return fmt.Errorf("minimum RTO: %w", err)
-	}
-	return serr
+	return nil
 }
 
 // RTOMinControl returns a net.Dialer Control function that sets the minimum RTO before
@@ -75,20 +83,12 @@ func RTOMinControl(d time.Duration, report func(error)) func(network, address st
 
 // RTOMin reports the minimum RTO the kernel applies to c.
 func RTOMin(c net.Conn) (time.Duration, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return 0, fmt.Errorf("%w: %T is not a socket", ErrUnsupported, c)
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return 0, fmt.Errorf("minimum RTO: %w", err)
-	}
 	var (
 		d    time.Duration
 		gerr error
 	)
-	if err := raw.Control(func(fd uintptr) { d, gerr = rtoMin(fd) }); err != nil {
-		return 0, fmt.Errorf("minimum RTO: %w", err)
+	if err := control(c, "minimum RTO", func(fd uintptr) { d, gerr = rtoMin(fd) }); err != nil {
+		return 0, err
 	}
 	return d, gerr
 }
