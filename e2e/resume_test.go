@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,8 @@ type rsUpstream struct {
 	*httptest.Server
 	mu       sync.Mutex
 	executed map[string]int
+	started  atomic.Int32 // calls that reached the server
+	running  atomic.Int32 // calls it is working on now
 }
 
 func startRSUpstream(t *testing.T, think time.Duration) *rsUpstream {
@@ -34,11 +37,25 @@ func startRSUpstream(t *testing.T, think time.Duration) *rsUpstream {
 		u.mu.Lock()
 		u.executed[r.Header.Get("SOAPAction")]++
 		u.mu.Unlock()
-		time.Sleep(think)
+		u.started.Add(1)
+		u.running.Add(1)
+		defer u.running.Add(-1)
+		time.Sleep(think) // the server's work
 		ccEchoHandler(w, r)
 	}))
 	t.Cleanup(u.Close)
 	return u
+}
+
+// awaitInFlight waits until at least n calls that started after the first `after` are
+// running at the server, so a fault hits exchanges in flight, not an idle tunnel. It
+// returns how many had started.
+func (u *rsUpstream) awaitInFlight(t *testing.T, after int32, n int32) int32 {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return u.started.Load() >= after+n && u.running.Load() >= n
+	}, 30*time.Second, time.Millisecond, "calls never reached the server")
+	return u.started.Load()
 }
 
 func (u *rsUpstream) executions(action string) int {
@@ -158,8 +175,9 @@ func TestTunnelCutCompletesExchanges(t *testing.T) {
 
 	cuts := 0
 	calls := rsRun(t, a.Edge, ref.Listener.Addr().String(), 8, 8, func() {
+		var seen int32
 		for range 4 {
-			time.Sleep(450 * time.Millisecond)
+			seen = up.awaitInFlight(t, seen, 4)
 			cuts += relay.cut()
 		}
 	})
@@ -185,7 +203,7 @@ func TestTunnelCutOriginKilled(t *testing.T) {
 	edge := startGateway(t, a.EdgeAdmin, edgeYAML(a, ""))
 
 	calls := rsRun(t, a.Edge, ref.Listener.Addr().String(), 8, 4, func() {
-		time.Sleep(600 * time.Millisecond)
+		up.awaitInFlight(t, 0, 4)
 		origin.signal(syscall.SIGKILL, 5*time.Second)
 		startGateway(t, a.OriginAdmin, originCfg)
 	})
