@@ -70,22 +70,15 @@ func newResumer(ctx context.Context, id string, opener Opener, st Stream, m *hel
 }
 
 func (r *resumer) Read(p []byte) (int, error) {
-	if r.broken != nil {
-		err := r.broken
-		r.broken = nil
-		if !r.shouldResume(err) {
-			return 0, err
-		}
-		if rerr := r.resume(err); rerr != nil {
-			return 0, rerr
-		}
-	}
 	for {
 		var n int
 		var err error
-		if r.br != nil {
+		switch {
+		case r.broken != nil: // the request's end failed: nothing to read here
+			err, r.broken = r.broken, nil
+		case r.br != nil:
 			n, err = r.br.Read(p)
-		} else {
+		default:
 			n, err = r.st.Read(p)
 		}
 		r.read += int64(n)
