@@ -122,6 +122,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, x.deadline)
 	defer cancel()
+	tunnelSt := st            // the stream itself, for watchAbandon
 	var resumable func() bool // nil: the exchange ends with its stream
 	if o.held != nil {
 		h, how := o.held.begin(x.req.ExchangeID, st)
@@ -138,7 +139,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		defer hst.finish()
 		st, resumable = hst, h.resumable
 	}
-	ctx, stopWatch := watchAbandon(ctx, st, resumable)
+	ctx, stopWatch := watchAbandon(ctx, tunnelSt, resumable)
 	defer stopWatch()
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
@@ -208,9 +209,6 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
 func watchAbandon(ctx context.Context, st Stream, resumable func() bool) (_ context.Context, stop func()) {
-	if hst, ok := st.(*heldStream); ok {
-		st = hst.Stream
-	}
 	d, ok := st.(interface{ Done() <-chan struct{} })
 	if !ok {
 		return ctx, func() {}
