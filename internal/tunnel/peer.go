@@ -281,6 +281,13 @@ func (p *Peer) setSessions(f func([]*Session) []*Session, err error) {
 	p.mu.Unlock()
 }
 
+// add puts a new session in use: its finished streams wake callers waiting for a slot.
+func (p *Peer) add(s *Session) {
+	freed := p.streamFreed
+	s.onFree.Store(&freed)
+	p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
+}
+
 func (p *Peer) remove(s *Session) {
 	p.setSessions(func(ss []*Session) []*Session {
 		out := ss[:0]
@@ -318,8 +325,6 @@ func (p *Peer) maintain(slot int) {
 			continue
 		}
 		p.m.dial(p.cfg.Name, true)
-		freed := p.streamFreed
-		s.onFree.Store(&freed)
 		started := time.Now()
 		if failures > 0 {
 			p.log.Info("tunnel reconnected", "slot", slot, "after_attempts", failures, "peer_node", s.Peer().Node)
@@ -327,7 +332,7 @@ func (p *Peer) maintain(slot int) {
 			p.log.Debug("tunnel connected", "slot", slot, "peer_node", s.Peer().Node)
 		}
 		logFormatMismatch(p.log, s, p.cfg.Name)
-		p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
+		p.add(s)
 		select {
 		case <-s.Done():
 			p.remove(s)
@@ -441,10 +446,8 @@ func (p *Peer) runExtraSession() {
 		return
 	}
 	p.m.dialExtra(p.cfg.Name)
-	freed := p.streamFreed
-	s.onFree.Store(&freed)
 	p.log.Info("tunnel connection added: every connection was at the origin's stream limit", "connections", len(p.sessionsSnapshot())+1, "max_connections", p.cfg.MaxConnections)
-	p.setSessions(func(ss []*Session) []*Session { return append(ss, s) }, nil)
+	p.add(s)
 	defer func() {
 		p.mu.Lock()
 		delete(p.extra, s)
