@@ -26,6 +26,15 @@
 // many bytes of the response message (head included) it already has. The origin answers
 // with a continue head followed by the response message's bytes from that offset, or
 // with an error head when it holds no such exchange.
+//
+// One-way deliveries. A request whose exchange id starts with [OneWayPrefix] ("ow.") is a
+// one-way message the edge acknowledged to its client from its durable spool and now
+// delivers: the id is the message's, the same on every attempt, and the origin delivers
+// it to the server at most once per id (its ledger). Its answer is the server's response,
+// or an error head whose cause says why it was not delivered this time: "already_delivered"
+// (the server took it before; the edge forgets it), "delivery_in_progress" (another
+// attempt is running; try later), "delivery_in_doubt" (an earlier attempt's outcome is
+// unknown; not sent again), "one_way_off" (the origin has no ledger).
 package envelope
 
 import (
@@ -52,6 +61,14 @@ const (
 	flagLengthKnown    = 1 << 0
 	flagExpectContinue = 1 << 1
 )
+
+// OneWayPrefix starts the exchange id of a one-way delivery from an edge's spool.
+const OneWayPrefix = "ow."
+
+// IsOneWay reports whether an exchange id is a one-way delivery's.
+func IsOneWay(exchangeID string) bool {
+	return len(exchangeID) > len(OneWayPrefix) && exchangeID[:len(OneWayPrefix)] == OneWayPrefix
+}
 
 // ErrMalformed marks a head that does not parse: a bug or a version mismatch.
 var ErrMalformed = errors.New("soapgw: malformed tunnel envelope")

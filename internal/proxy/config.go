@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/soapgw/soapgw/internal/ledger"
 )
 
 // Stream is one exchange on the tunnel as the proxy sees it: the request message goes one
@@ -142,11 +144,21 @@ type EdgeConfig struct {
 	Peers  map[string]Opener // by peer name
 	Limits Limits
 	// ReplayLimit is the largest request body kept in memory so that an exchange refused by
-	// the tunnel (never processed by the origin) can be sent again (default 1 MiB).
+	// the tunnel (never processed by the origin) can be sent again (default 1 MiB). It is
+	// also the largest one-way message: a larger one (or a chunked one) goes synchronously.
 	ReplayLimit int64
+	// OneWay, when set, acknowledges the operations it marks from a durable spool and
+	// delivers them in the background (oneway_edge.go).
+	OneWay *OneWayConfig
 }
 
 func (c *EdgeConfig) validate() error {
+	if c.OneWay != nil {
+		c.OneWay.withDefaults()
+		if err := c.OneWay.validate(); err != nil {
+			return err
+		}
+	}
 	if len(c.Routes) == 0 {
 		return fmt.Errorf("proxy: edge needs at least one route")
 	}
@@ -197,4 +209,10 @@ type OriginConfig struct {
 	// ResumeMaxBytes bounds the responses held for resumes, all together (default
 	// DefaultResumeMaxBytes); one response may hold an eighth of it.
 	ResumeMaxBytes int64
+	// Ledger records the one-way messages delivered to the server (oneway_origin.go);
+	// nil: one-way deliveries are refused (the edge keeps them).
+	Ledger *ledger.Ledger
+	// RedeliverInDoubt sends a one-way message again whose earlier delivery's outcome is
+	// unknown (at least once) instead of refusing it (at most once, the default).
+	RedeliverInDoubt bool
 }

@@ -42,6 +42,8 @@ type Edge struct {
 	abortCtx context.Context
 	abortAll context.CancelFunc
 
+	fwd *forwarder // delivers one-way messages from the spool; nil when off
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*clientConn]struct{}
@@ -94,6 +96,11 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 	}
 	e.routes.Store(&cfg.Routes)
 	e.cur.Store(&lim)
+	if cfg.OneWay != nil {
+		e.fwd = newForwarder(e, cfg.OneWay)
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); e.fwd.run(abortCtx) }()
+	}
 	return e, nil
 }
 
@@ -189,6 +196,9 @@ const maxRefusing = 64
 // connections, and waits until all are done or ctx expires (then closes the rest).
 func (e *Edge) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
+	if !e.draining && e.fwd != nil {
+		close(e.fwd.stop) // deliveries in flight finish within the drain
+	}
 	e.draining = true
 	for ln := range e.listeners {
 		_ = ln.Close()
@@ -469,6 +479,11 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		raw += int(req.ContentLength)
 	}
 	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(raw))
+	if ow := e.cfg.OneWay; ow != nil && replayable {
+		if body := msg[len(msg)-int(req.ContentLength):]; ow.isOneWay(req.Target, req.Header, body) {
+			return e.acceptOneWay(x, head, body)
+		}
+	}
 
 	// ctx ends at the exchange deadline, or earlier when a drain's deadline passes
 	// (abortCtx); every stream opened for this exchange is reset when it ends.

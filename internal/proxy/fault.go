@@ -49,13 +49,15 @@ const (
 	causeOverloaded      = "overloaded"
 	causeShuttingDown    = "shutting_down"
 	causeInternal        = "internal"
+	causeSpoolFull       = "spool_full"  // one-way: the edge's spool is at its limits
+	causeSpoolError      = "spool_error" // one-way: the spool could not be written
 )
 
 // allCauses lists every cause, for metrics that start each series at 0.
 var allCauses = []string{
 	causeBadRequest, causeBadTarget, causeMalformedBody, causeTooManyConns, causeTooLarge, causeResponseLarge, causeNoRoute, causeOriginDown,
 	causeTunnelLost, causeOutcomeUnknown, causeTimeout, causeUpstreamDown, causeUpstreamTimeout, causeUpstreamBad,
-	causeUnknownUpstream, causeOverloaded, causeShuttingDown, causeInternal,
+	causeUnknownUpstream, causeOverloaded, causeShuttingDown, causeInternal, causeSpoolFull, causeSpoolError,
 }
 
 // FaultStatus chooses the HTTP status line of the SOAP Faults the gateway makes itself

@@ -242,6 +242,8 @@ var causeStatuses = map[string][]int{
 	causeOverloaded:      {503},
 	causeShuttingDown:    {503},
 	causeInternal:        {502},
+	causeSpoolFull:       {503},
+	causeSpoolError:      {503},
 }
 
 // TestFaultStatusModes: for every cause with each of its statuses, in each SOAP version

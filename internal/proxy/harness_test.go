@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/internal/ledger"
 	"github.com/soapgw/soapgw/internal/testutil"
 	"github.com/soapgw/soapgw/internal/tunnel"
 )
@@ -177,6 +178,10 @@ type envConfig struct {
 	OriginTunnelMetrics *tunnel.Metrics
 	// StreamFlushDelay is the origin's OriginConfig.StreamFlushDelay.
 	StreamFlushDelay time.Duration
+	// OneWay is the edge's EdgeConfig.OneWay; Ledger and RedeliverInDoubt the origin's.
+	OneWay           *OneWayConfig
+	Ledger           *ledger.Ledger
+	RedeliverInDoubt bool
 }
 
 // testEnv is a running edge ⇄ tunnel ⇄ origin pair on loopback.
@@ -231,7 +236,7 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 
 	// Origin serving accepted streams.
 	origin, err := NewOrigin(OriginConfig{Node: "origin-test", Upstreams: cfg.Upstreams, Limits: Limits{ExchangeTimeout: testDeadline},
-		StreamFlushDelay: cfg.StreamFlushDelay}, cfg.Metrics, nil)
+		StreamFlushDelay: cfg.StreamFlushDelay, Ledger: cfg.Ledger, RedeliverInDoubt: cfg.RedeliverInDoubt}, cfg.Metrics, nil)
 	require.NoError(t, err)
 	e.origin = origin
 	var serving sync.WaitGroup
@@ -271,6 +276,7 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 		Peers:       map[string]Opener{"p": opener},
 		Limits:      cfg.EdgeLimits,
 		ReplayLimit: cfg.ReplayLimit,
+		OneWay:      cfg.OneWay,
 	}, cfg.Metrics, nil)
 	require.NoError(t, err)
 	e.edge = edge

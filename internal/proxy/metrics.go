@@ -20,7 +20,9 @@ type Metrics struct {
 	connsRefused  prometheus.Counter
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
-	held          *heldMetrics // resumes, and the origin's held responses
+	held          *heldMetrics   // resumes, and the origin's held responses
+	oneWay        *oneWayMetrics // one-way messages: the edge's spool, deliveries
+	oneWayOrigin  *prometheus.CounterVec
 }
 
 // NewMetrics creates the proxy collectors and registers them on reg (nil: unregistered).
@@ -68,8 +70,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_origin_upstream_connections_total",
 			Help: "Connections the origin opened to upstream servers (reused ones are not counted).",
 		}, []string{"upstream"}),
-		held: newHeldMetrics(),
+		held:   newHeldMetrics(),
+		oneWay: newOneWayMetrics(),
 	}
+	m.oneWayOrigin = m.oneWay.origin
 	// Create every error series at 0, so the first error shows in increase() and rate()
 	// instead of being hidden as the series' first sample.
 	for _, role := range []string{"edge", "origin"} {
@@ -80,6 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns)
 		reg.MustRegister(m.held.collectors()...)
+		reg.MustRegister(m.oneWay.collectors()...)
 	}
 	return m
 }

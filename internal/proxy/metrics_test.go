@@ -20,10 +20,15 @@ var metricNames = []string{
 	"soapgw_exchanges_total",
 	"soapgw_gateway_errors_total",
 	"soapgw_http_bytes_total",
+	"soapgw_oneway_deliveries_total",
+	"soapgw_oneway_oldest_age_seconds",
+	"soapgw_oneway_rejected_total",
+	"soapgw_oneway_spool",
 	"soapgw_origin_held_bytes",
 	"soapgw_origin_held_dropped_total",
 	"soapgw_origin_held_exchanges",
 	"soapgw_origin_held_lost_total",
+	"soapgw_origin_oneway_total",
 	"soapgw_origin_resume_tombstones",
 	"soapgw_origin_upstream_connections_total",
 	"soapgw_resumes_total",
@@ -85,7 +90,7 @@ func TestMetrics(t *testing.T) {
 	sort.Strings(names)
 	require.Equal(t, metricNames, names)
 
-	for _, c := range []prometheus.Collector{m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns} {
+	for _, c := range append([]prometheus.Collector{m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.retries, m.upstreamConns}, m.oneWay.collectors()...) {
 		problems, err := testutil.CollectAndLint(c)
 		require.NoError(t, err)
 		require.Empty(t, problems)

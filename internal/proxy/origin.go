@@ -17,6 +17,7 @@ import (
 
 	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/internal/ratelog"
 )
 
 // Origin serves tunnel streams: it rebuilds each request, sends it to the named upstream
@@ -32,6 +33,8 @@ type Origin struct {
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 	held     *heldStore    // responses kept for edges to collect after a cut; nil: off
+
+	warnOneWayOff *ratelog.Limiter
 
 	flushDelay time.Duration // cfg.StreamFlushDelay or its default
 }
@@ -64,6 +67,7 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	lim := cfg.Limits.withDefaults()
 	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
 		flushDelay: cfg.StreamFlushDelay}
+	o.warnOneWayOff = ratelog.New(o.log, time.Minute)
 	if o.flushDelay <= 0 {
 		o.flushDelay = DefaultStreamFlushDelay
 	}
@@ -112,7 +116,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer func() { <-o.inflight }()
 	x.start = start
 	x.deadline = start.Add(o.limits().ExchangeTimeout)
-	if o.held != nil {
+	if o.held != nil || envelope.IsOneWay(x.req.ExchangeID) {
 		// A held exchange outlives its tunnel connection, for the edge to collect its
 		// response on another (watchAbandon still stops it when the edge resets the
 		// stream, and the deadline bounds it); the server's shutdown still ends it.
@@ -124,7 +128,18 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer cancel()
 	tunnelSt := st            // the stream itself, for watchAbandon
 	var resumable func() bool // nil: the exchange ends with its stream
-	if o.held != nil {
+	var oneWay *oneWayDelivery
+	if envelope.IsOneWay(x.req.ExchangeID) {
+		// A one-way delivery from an edge's spool: the ledger, not a held response,
+		// makes it safe to send again, so it is never held. It outlives its tunnel
+		// connection and even a reset by the edge (no watchAbandon): the server gets it
+		// whole and the ledger records the answer, so the edge's next attempt learns it
+		// was delivered instead of finding it in doubt. The deadline still bounds it.
+		if oneWay = o.beginOneWay(st, x); oneWay == nil {
+			return
+		}
+		defer oneWay.finish(x)
+	} else if o.held != nil {
 		h, how := o.held.begin(x.req.ExchangeID, st)
 		switch how {
 		case heldDuplicate:
@@ -139,8 +154,11 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		defer hst.finish()
 		st, resumable = hst, h.resumable
 	}
-	ctx, stopWatch := watchAbandon(ctx, tunnelSt, resumable)
-	defer stopWatch()
+	if oneWay == nil {
+		var stopWatch func()
+		ctx, stopWatch = watchAbandon(ctx, tunnelSt, resumable)
+		defer stopWatch()
+	}
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
 	// the limit is refused before the upstream sees a byte of it, or a connection.
@@ -178,6 +196,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	resp, ok := o.callUpstream(ctx, st, x, uc, sbr)
 	if !ok {
 		return
+	}
+	if oneWay != nil {
+		oneWay.answered(resp.StatusCode)
 	}
 	if o.relayResponse(ctx, st, x, uc, resp, stopAbort) {
 		uc = nil // pooled or closed by relayResponse
@@ -306,6 +327,7 @@ type originExchange struct {
 	deadline     time.Time // start + limits.exchange_timeout
 	body         []byte    // a chunked body read whole (buffered), sent with Content-Length
 	buffered     bool
+	sent         bool // the whole request went to the upstream
 }
 
 func (x *originExchange) id() string {
@@ -348,7 +370,9 @@ func (o *Origin) admit(head []byte, err error, sbr *bufio.Reader) (*originExchan
 // it fails it has answered the edge (or logged why it could not) and reports !ok.
 func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, sbr *bufio.Reader) (resp *httpwire.Response, ok bool) {
 	req, up := x.req, x.pool.up
-	if err := o.sendRequest(ctx, uc, x, sbr); err != nil {
+	err := o.sendRequest(ctx, uc, x, sbr)
+	x.sent = err == nil
+	if err != nil {
 		if errors.Is(err, errTooLarge) {
 			o.tooLarge(st, x, sbr, err) // streamed chunked (chunked: true): cut without its last chunk
 			return nil, false
@@ -365,7 +389,6 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 	}
 
 	armDeadline(ctx, uc.conn.SetReadDeadline, responseDeadline(up, time.Now(), x.deadline))
-	var err error
 	for {
 		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
 		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == 101 {

@@ -1,0 +1,366 @@
+// Package ledger is the origin's durable record of one-way messages it delivered to the
+// server, so that a message the edge sends again (its acknowledgement was lost, or either
+// gateway restarted between delivery and acknowledgement) is never delivered twice.
+//
+// Each message id goes through these states, each write synced to disk before the
+// origin acts on it:
+//
+//	(absent) ──Begin──► sending ──Done──► done      (the server took it: never sent again)
+//	                       │
+//	                       ├──Forget──► (absent)    (provably not taken: may be sent again)
+//	                       └─ the process dies, or the answer is lost after the whole
+//	                          request went out ──► in doubt (sending, not in progress)
+//
+// A record in "sending" that this process is not delivering is in doubt: the server may
+// or may not have run it, and nothing but the server can tell. The origin refuses to
+// deliver it again unless told to (proxy's InDoubtRedeliver), and the edge keeps the
+// message as a dead letter for an operator.
+//
+// Layout: bucket "ids": message id → state (1 byte) | time (int64 unix ns) | status (uint16),
+// bucket "bytime": time (8 bytes) | id → empty, for pruning in age order.
+package ledger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/soapgw/soapgw/internal/groupcommit"
+)
+
+// State of a message id.
+type State byte
+
+const (
+	Absent     State = 0
+	Sending    State = 1 // being delivered by this process
+	Done       State = 2
+	InDoubt    State = 3 // "sending" on disk, not in progress here
+	InProgress State = 4 // returned by Begin: another delivery of this id is running now
+)
+
+func (s State) String() string {
+	switch s {
+	case Absent:
+		return "absent"
+	case Sending:
+		return "sending"
+	case Done:
+		return "done"
+	case InDoubt:
+		return "in_doubt"
+	case InProgress:
+		return "in_progress"
+	}
+	return fmt.Sprintf("state(%d)", byte(s))
+}
+
+// Record is what the ledger knows of an id.
+type Record struct {
+	State  State
+	Time   time.Time // of the last change
+	Status int       // the server's HTTP status, when Done
+}
+
+// ErrLocked is returned by Open when another process holds the file.
+var ErrLocked = errors.New("ledger: file in use by another process")
+
+var (
+	bucketIDs    = []byte("ids")
+	bucketByTime = []byte("bytime")
+)
+
+// Ledger is safe for concurrent use.
+type Ledger struct {
+	db        *bolt.DB
+	commit    *groupcommit.Committer
+	retention time.Duration
+
+	mu       sync.Mutex
+	inflight map[string]struct{}
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Open opens (or creates) the ledger at path. Records older than retention are pruned
+// every minute (retention <= 0: 7 days). Retention must cover the longest an edge may
+// hold an acknowledged message before it learns it was delivered.
+func Open(path string, retention time.Duration) (*Ledger, error) {
+	if retention <= 0 {
+		retention = 7 * 24 * time.Hour
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		if errors.Is(err, bolt.ErrTimeout) {
+			return nil, fmt.Errorf("open ledger %s: %w", path, ErrLocked)
+		}
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if _, err := tx.CreateBucketIfNotExists(bucketIDs); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketByTime)
+		return err
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	l := &Ledger{db: db, commit: groupcommit.New(db), retention: retention, inflight: map[string]struct{}{}, stop: make(chan struct{})}
+	l.wg.Add(1)
+	go l.pruneLoop()
+	return l, nil
+}
+
+// Close stops pruning and closes the file.
+func (l *Ledger) Close() error {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	l.wg.Wait()
+	l.commit.Close()
+	return l.db.Close()
+}
+
+// Begin claims id for a delivery. It returns Absent when the claim was recorded (synced)
+// and the caller must deliver and then call Done, Forget or Abandon; otherwise the state
+// that stops the delivery: Done (delivered before), InProgress (a delivery of it is
+// running), InDoubt (an earlier delivery's outcome is unknown). With redeliverInDoubt an
+// in-doubt id is claimed like an absent one.
+func (l *Ledger) Begin(id string, redeliverInDoubt bool) (Record, error) {
+	l.mu.Lock()
+	if _, ok := l.inflight[id]; ok {
+		l.mu.Unlock()
+		return Record{State: InProgress}, nil
+	}
+	l.inflight[id] = struct{}{}
+	l.mu.Unlock()
+	var rec Record
+	err := l.commit.Do(func(tx *bolt.Tx) error {
+		rec = Record{}
+		if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
+			rec = decode(v)
+			if rec.State == Sending {
+				rec.State = InDoubt
+			}
+			if rec.State == Done || !redeliverInDoubt {
+				return nil
+			}
+		}
+		return l.put(tx, id, Record{State: Sending, Time: time.Now()}, rec)
+	})
+	if err != nil || (rec.State != Absent && !(rec.State == InDoubt && redeliverInDoubt)) {
+		l.release(id)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("ledger begin %s: %w", id, err)
+	}
+	if rec.State == InDoubt && redeliverInDoubt {
+		rec.State = Absent
+	}
+	return rec, nil
+}
+
+// Done records that the server took the message (answered with status) and ends the
+// delivery.
+func (l *Ledger) Done(id string, status int) error {
+	defer l.release(id)
+	return l.set(id, Record{State: Done, Time: time.Now(), Status: status})
+}
+
+// Forget records that the server provably did not take the message (never connected,
+// refused it unread, answered 503) and ends the delivery: the id may be delivered again.
+func (l *Ledger) Forget(id string) error {
+	defer l.release(id)
+	err := l.commit.Do(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIDs)
+		if v := b.Get([]byte(id)); v != nil {
+			if err := tx.Bucket(bucketByTime).Delete(timeKey(decode(v).Time, id)); err != nil {
+				return err
+			}
+		}
+		return b.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("ledger forget %s: %w", id, err)
+	}
+	return nil
+}
+
+// Abandon ends a delivery whose outcome is unknown (the whole request went out, the
+// answer did not come back): the id stays "sending" on disk, which reads as in doubt.
+func (l *Ledger) Abandon(id string) { l.release(id) }
+
+// Get returns what the ledger holds for id.
+func (l *Ledger) Get(id string) (Record, error) {
+	var rec Record
+	err := l.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
+			rec = decode(v)
+		}
+		return nil
+	})
+	l.mu.Lock()
+	_, running := l.inflight[id]
+	l.mu.Unlock()
+	if rec.State == Sending && !running {
+		rec.State = InDoubt
+	}
+	return rec, err
+}
+
+// InDoubt calls fn for every id in doubt, oldest first.
+func (l *Ledger) InDoubt(fn func(id string, rec Record) bool) error {
+	return l.db.View(func(tx *bolt.Tx) error {
+		ids := tx.Bucket(bucketIDs)
+		c := tx.Bucket(bucketByTime).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			id := string(k[8:])
+			v := ids.Get(k[8:])
+			if v == nil {
+				continue
+			}
+			rec := decode(v)
+			if rec.State != Sending {
+				continue
+			}
+			l.mu.Lock()
+			_, running := l.inflight[id]
+			l.mu.Unlock()
+			if running {
+				continue
+			}
+			rec.State = InDoubt
+			if !fn(id, rec) {
+				return nil
+			}
+		}
+		return nil
+	})
+}
+
+func (l *Ledger) release(id string) {
+	l.mu.Lock()
+	delete(l.inflight, id)
+	l.mu.Unlock()
+}
+
+func (l *Ledger) set(id string, rec Record) error {
+	err := l.commit.Do(func(tx *bolt.Tx) error {
+		var old Record
+		if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
+			old = decode(v)
+		}
+		return l.put(tx, id, rec, old)
+	})
+	if err != nil {
+		return fmt.Errorf("ledger %s %s: %w", rec.State, id, err)
+	}
+	return nil
+}
+
+func (l *Ledger) put(tx *bolt.Tx, id string, rec, old Record) error {
+	bt := tx.Bucket(bucketByTime)
+	if old.State != Absent {
+		if err := bt.Delete(timeKey(old.Time, id)); err != nil {
+			return err
+		}
+	}
+	if err := bt.Put(timeKey(rec.Time, id), nil); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketIDs).Put([]byte(id), encode(rec))
+}
+
+// Prune deletes the records last changed before cutoff (but never one in progress) and
+// returns how many.
+func (l *Ledger) Prune(cutoff time.Time) (int, error) {
+	n := 0
+	err := l.commit.Do(func(tx *bolt.Tx) error {
+		n = 0
+		ids, bt := tx.Bucket(bucketIDs), tx.Bucket(bucketByTime)
+		c := bt.Cursor()
+		end := binary.BigEndian.AppendUint64(nil, uint64(cutoff.UnixNano()))
+		// Collected first: deleting under a bbolt cursor makes it skip keys.
+		var old [][]byte
+		for k, _ := c.First(); k != nil && string(k[:8]) < string(end) && len(old) < maxPrunePerTx; k, _ = c.Next() {
+			l.mu.Lock()
+			_, running := l.inflight[string(k[8:])]
+			l.mu.Unlock()
+			if !running {
+				old = append(old, append([]byte(nil), k...))
+			}
+		}
+		for _, k := range old {
+			if err := bt.Delete(k); err != nil {
+				return err
+			}
+			if err := ids.Delete(k[8:]); err != nil {
+				return err
+			}
+		}
+		n = len(old)
+		return nil
+	})
+	return n, err
+}
+
+// maxPrunePerTx bounds one pruning transaction, so it never holds the writer long.
+const maxPrunePerTx = 10_000
+
+func (l *Ledger) pruneLoop() {
+	defer l.wg.Done()
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			for {
+				n, err := l.Prune(time.Now().Add(-l.retention))
+				if err != nil || n < maxPrunePerTx {
+					break
+				}
+			}
+		}
+	}
+}
+
+// Stats counts the records by state (Sending counts in-progress and in-doubt ids).
+func (l *Ledger) Stats() (map[State]int, error) {
+	counts := map[State]int{}
+	err := l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketIDs).ForEach(func(_, v []byte) error {
+			counts[decode(v).State]++
+			return nil
+		})
+	})
+	return counts, err
+}
+
+func timeKey(t time.Time, id string) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(id)), uint64(t.UnixNano()))
+	return append(k, id...)
+}
+
+func encode(r Record) []byte {
+	b := []byte{byte(r.State)}
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Time.UnixNano()))
+	return binary.BigEndian.AppendUint16(b, uint16(r.Status))
+}
+
+func decode(v []byte) Record {
+	if len(v) < 11 {
+		return Record{State: InDoubt} // unreadable: never deliver it again on a guess
+	}
+	return Record{State: State(v[0]), Time: time.Unix(0, int64(binary.BigEndian.Uint64(v[1:9]))), Status: int(binary.BigEndian.Uint16(v[9:11]))}
+}
