@@ -18,8 +18,10 @@ import (
 
 	"github.com/soapgw/soapgw/internal/admin"
 	"github.com/soapgw/soapgw/internal/config"
+	"github.com/soapgw/soapgw/internal/ledger"
 	"github.com/soapgw/soapgw/internal/peerauth"
 	"github.com/soapgw/soapgw/internal/proxy"
+	"github.com/soapgw/soapgw/internal/spool"
 	"github.com/soapgw/soapgw/internal/tunnel"
 	quictun "github.com/soapgw/soapgw/internal/tunnel/quic"
 )
@@ -56,6 +58,9 @@ type gateway struct {
 
 	admin *admin.Server
 
+	spool  *spool.Spool   // edge.one_way; nil when off
+	ledger *ledger.Ledger // origin.one_way; nil when off
+
 	errc     chan error // a serving goroutine failed
 	wg       sync.WaitGroup
 	draining atomic.Bool // set when shutdown starts: /readyz turns 503 so traffic moves away
@@ -83,6 +88,10 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 			if built.admin != nil {
 				_ = built.admin.Shutdown(context.Background())
 			}
+			if built.edge != nil {
+				_ = built.edge.Shutdown(context.Background()) // nothing served yet: returns at once
+			}
+			built.closeStores()
 		}
 	}()
 	g.insecure = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -171,8 +180,15 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	if resumeWindow == 0 {
 		resumeWindow = -1 // off
 	}
-	g.origin, err = proxy.NewOrigin(proxy.OriginConfig{Node: g.cfg.Node, Upstreams: ups, Limits: lim,
-		ResumeWindow: resumeWindow, ResumeMaxBytes: int64(o.ResumeMaxBytes)}, pm, g.log)
+	ocfg := proxy.OriginConfig{Node: g.cfg.Node, Upstreams: ups, Limits: lim,
+		ResumeWindow: resumeWindow, ResumeMaxBytes: int64(o.ResumeMaxBytes)}
+	if o.OneWay != nil {
+		if g.ledger, err = openLedger(o.OneWay); err != nil {
+			return err
+		}
+		ocfg.Ledger, ocfg.RedeliverInDoubt = g.ledger, o.OneWay.InDoubt == config.InDoubtRedeliver
+	}
+	g.origin, err = proxy.NewOrigin(ocfg, pm, g.log)
 	if err != nil {
 		return err
 	}
@@ -269,7 +285,13 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 	if err != nil {
 		return usageError{err}
 	}
-	g.edge, err = proxy.NewEdge(proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}, pm, g.log)
+	ecfg := proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}
+	if e.OneWay != nil {
+		if ecfg.OneWay, g.spool, err = openOneWay(e.OneWay); err != nil {
+			return err
+		}
+	}
+	g.edge, err = proxy.NewEdge(ecfg, pm, g.log)
 	if err != nil {
 		return err
 	}
@@ -459,5 +481,20 @@ func (g *gateway) shutdown(ctx context.Context) error {
 	}
 	g.stopWatch()
 	g.wg.Wait()
+	g.closeStores()
 	return errors.Join(errs...)
+}
+
+// closeStores closes the one-way spool and ledger, after everything that writes them.
+func (g *gateway) closeStores() {
+	if g.spool != nil {
+		if err := g.spool.Close(); err != nil {
+			g.log.Error("closing the one-way spool", "err", err)
+		}
+	}
+	if g.ledger != nil {
+		if err := g.ledger.Close(); err != nil {
+			g.log.Error("closing the one-way ledger", "err", err)
+		}
+	}
 }

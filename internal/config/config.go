@@ -177,6 +177,92 @@ type EdgeConfig struct {
 	// Routes map a request to a peer and an upstream. The proxy decides how
 	// routes are matched. Required, >= 1.
 	Routes []Route `yaml:"routes"`
+	// OneWay acknowledges the operations it lists at once (202 Accepted)
+	// from a durable spool and delivers them in the background, exactly once
+	// with the origin's ledger (docs/operations.md, "One-way messages"). Off
+	// when absent: every call is synchronous.
+	OneWay *EdgeOneWay `yaml:"one_way,omitempty"`
+}
+
+// EdgeOneWay configures one-way messaging at the edge.
+type EdgeOneWay struct {
+	// Spool is the file of the durable spool (a bbolt database, created if
+	// missing; one edge process per file). Required.
+	Spool string `yaml:"spool"`
+	// MaxBytes bounds the pending messages' bytes; a message over it is
+	// refused with a spool_full Fault. Default: 256MiB.
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// MaxMessages bounds the pending messages. Default: 100000.
+	MaxMessages int `yaml:"max_messages"`
+	// MaxDeadLetters bounds the dead letters kept (messages the server
+	// refused, and those in doubt); the oldest go first. Default: 10000.
+	MaxDeadLetters int `yaml:"max_dead_letters"`
+	// DeadLetters keeps refused and in-doubt messages for `soapgw spool`;
+	// false drops them (logged and counted). Default: true.
+	DeadLetters bool `yaml:"dead_letters"`
+	// AcceptStatus is the edge's answer to a one-way call: 202 (WS-I Basic
+	// Profile) or 200. Default: 202.
+	AcceptStatus int `yaml:"accept_status"`
+	// Deliveries is how many messages are delivered at once. Default: 16.
+	Deliveries int `yaml:"deliveries"`
+	// Ordered delivers one message at a time per upstream, in the order
+	// the edge accepted them. Default: false.
+	Ordered bool `yaml:"ordered"`
+	// RetryMax caps the wait between attempts while an origin or server is
+	// unavailable (100 ms first, doubled each time). Default: 30s.
+	RetryMax time.Duration `yaml:"retry_max"`
+	// Operations are the one-way operations. Required, >= 1.
+	Operations []OneWayOperation `yaml:"operations"`
+}
+
+// OneWayOperation marks requests as one-way. At least one of action and
+// operation is set; all that are set must match.
+type OneWayOperation struct {
+	// PathPrefix limits the match to request targets starting with it.
+	PathPrefix string `yaml:"path_prefix,omitempty"`
+	// Action is the SOAPAction (SOAP 1.1) or the Content-Type's action
+	// parameter (SOAP 1.2), without quotes, compared exactly.
+	Action string `yaml:"action,omitempty"`
+	// Operation is the local name of the first element in the SOAP Body.
+	Operation string `yaml:"operation,omitempty"`
+}
+
+func (o *EdgeOneWay) setDefaults() {
+	o.MaxBytes = 256 << 20
+	o.MaxMessages = 100_000
+	o.MaxDeadLetters = 10_000
+	o.DeadLetters = true
+	o.AcceptStatus = 202
+	o.Deliveries = 16
+	o.RetryMax = 30 * time.Second
+}
+
+// OriginOneWay configures one-way deliveries at the origin.
+type OriginOneWay struct {
+	// Ledger is the file recording the one-way messages delivered to the
+	// server (a bbolt database, created if missing). Required.
+	Ledger string `yaml:"ledger"`
+	// Retention is how long a delivered message's id is remembered: longer
+	// than an edge may keep a delivered message before it learns so (its
+	// longest outage). Default: 168h.
+	Retention time.Duration `yaml:"retention"`
+	// InDoubt is what happens to a message whose earlier delivery reached
+	// the server without an answer coming back (origin killed, server
+	// silent): "hold" (the default) never sends it again (at most once; the
+	// edge keeps it as a dead letter), "redeliver" sends it again (at least
+	// once).
+	InDoubt string `yaml:"in_doubt"`
+}
+
+// InDoubt values.
+const (
+	InDoubtHold      = "hold"
+	InDoubtRedeliver = "redeliver"
+)
+
+func (o *OriginOneWay) setDefaults() {
+	o.Retention = 168 * time.Hour
+	o.InDoubt = InDoubtHold
 }
 
 // Listener is one socket accepting HTTP/1.0 and HTTP/1.1 SOAP clients.
@@ -386,6 +472,9 @@ type OriginConfig struct {
 	// one response may use an eighth of it, a larger one is not resumable.
 	// The oldest finished ones make room first. Default: 64MiB.
 	ResumeMaxBytes ByteSize `yaml:"resume_max_bytes"`
+	// OneWay lets edges deliver one-way messages here (see edge.one_way).
+	// Off when absent: such deliveries are refused and the edges keep them.
+	OneWay *OriginOneWay `yaml:"one_way,omitempty"`
 }
 
 // Upstream is one real SOAP service behind the origin.

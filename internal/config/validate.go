@@ -72,7 +72,43 @@ func (l *Limits) validate(errs *errorList) {
 	checkOneOf(errs, "limits.fault_status", "fault status", l.FaultStatus, FaultStatuses)
 }
 
+func (o *EdgeOneWay) validate(errs *errorList) {
+	const p = "edge.one_way"
+	if o.Spool == "" {
+		errs.add(p+".spool", missing)
+	}
+	if o.MaxBytes < 64<<10 {
+		errs.add(p+".max_bytes", "must be at least 64KiB, got %d", int64(o.MaxBytes))
+	}
+	if o.MaxMessages < 1 {
+		errs.add(p+".max_messages", "must be at least 1, got %d", o.MaxMessages)
+	}
+	if o.MaxDeadLetters < 1 {
+		errs.add(p+".max_dead_letters", "must be at least 1, got %d", o.MaxDeadLetters)
+	}
+	if o.AcceptStatus != 200 && o.AcceptStatus != 202 {
+		errs.add(p+".accept_status", "must be 202 or 200, got %d", o.AcceptStatus)
+	}
+	if o.Deliveries < 1 || o.Deliveries > 4096 {
+		errs.add(p+".deliveries", "must be 1 to 4096, got %d", o.Deliveries)
+	}
+	if o.RetryMax < 100*time.Millisecond {
+		errs.add(p+".retry_max", "must be at least 100ms, got %s", o.RetryMax)
+	}
+	if len(o.Operations) == 0 {
+		errs.add(p+".operations", "at least one operation is required")
+	}
+	for i, op := range o.Operations {
+		if op.Action == "" && op.Operation == "" {
+			errs.add(fmt.Sprintf("%s.operations[%d]", p, i), "set action, operation or both")
+		}
+	}
+}
+
 func (e *EdgeConfig) validate(errs *errorList) {
+	if e.OneWay != nil {
+		e.OneWay.validate(errs)
+	}
 	listeners := make(map[string]string, len(e.Listeners))
 	if len(e.Listeners) == 0 {
 		errs.add("edge.listeners", "at least one listener is required")
@@ -217,6 +253,15 @@ func (o *OriginConfig) validate(errs *errorList) {
 	}
 	if o.ResumeMaxBytes < 64<<10 {
 		errs.add("origin.resume_max_bytes", "must be at least 64KiB, got %d", int64(o.ResumeMaxBytes))
+	}
+	if w := o.OneWay; w != nil {
+		if w.Ledger == "" {
+			errs.add("origin.one_way.ledger", missing)
+		}
+		if w.Retention < time.Hour {
+			errs.add("origin.one_way.retention", "must be at least 1h (it must outlast an edge's outages), got %s", w.Retention)
+		}
+		checkOneOf(errs, "origin.one_way.in_doubt", "in_doubt", w.InDoubt, []string{InDoubtHold, InDoubtRedeliver})
 	}
 	names := make(map[string]string, len(o.Upstreams))
 	for i, u := range o.Upstreams {
