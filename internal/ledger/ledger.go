@@ -5,16 +5,22 @@
 // Each message id goes through these states, each write synced to disk before the
 // origin acts on it:
 //
-//	(absent) ──Begin──► sending ──Done──► done      (the server took it: never sent again)
-//	                       │
-//	                       ├──Forget──► (absent)    (provably not taken: may be sent again)
-//	                       └─ the process dies, or the answer is lost after the whole
-//	                          request went out ──► in doubt (sending, not in progress)
+//	(absent) ──Begin──► sending ──MarkSent──► sent ──Done──► done   (never sent again)
+//	                       │                    │
+//	                       ├──Forget──► (absent)└─ no answer (Abandon, or the process
+//	                       │                       dies) ──► in doubt
+//	                       └─ the process dies ──► sending: may be sent again
 //
-// A record in "sending" that this process is not delivering is in doubt: the server may
-// or may not have run it, and nothing but the server can tell. The origin refuses to
-// deliver it again unless told to (proxy's InDoubtRedeliver), and the edge keeps the
-// message as a dead letter for an operator.
+// The origin writes a one-way request to the server whole except its last byte, then
+// records "sent", then writes the last byte. A server does not run a request whose body
+// it has not got whole (it cannot even parse the envelope), so an id still "sending"
+// after a crash was provably not run and is delivered again, while one "sent" whose
+// answer never came is in doubt: the server may or may not have run it, and nothing but
+// the server can tell. The window in which a message is in doubt although the server
+// never got it is the one write of its last byte.
+//
+// The origin refuses to deliver an in-doubt id again unless told to (proxy's
+// RedeliverInDoubt), and the edge keeps the message as a dead letter for an operator.
 //
 // Layout: bucket "ids": message id → state (1 byte) | time (int64 unix ns) | status (uint16),
 // bucket "bytime": time (8 bytes) | id → empty, for pruning in age order.
@@ -37,10 +43,11 @@ type State byte
 
 const (
 	Absent     State = 0
-	Sending    State = 1 // being delivered by this process
+	Sending    State = 1 // claimed; the server has not got the whole request
 	Done       State = 2
-	InDoubt    State = 3 // "sending" on disk, not in progress here
+	InDoubt    State = 3 // "sent" on disk, no answer recorded, not in progress here
 	InProgress State = 4 // returned by Begin: another delivery of this id is running now
+	Sent       State = 5 // the request's last byte is going to the server
 )
 
 func (s State) String() string {
@@ -55,6 +62,8 @@ func (s State) String() string {
 		return "in_doubt"
 	case InProgress:
 		return "in_progress"
+	case Sent:
+		return "sent"
 	}
 	return fmt.Sprintf("state(%d)", byte(s))
 }
@@ -146,16 +155,22 @@ func (l *Ledger) Begin(id string, redeliverInDoubt bool) (Record, error) {
 	var rec Record
 	err := l.commit.Do(func(tx *bolt.Tx) error {
 		rec = Record{}
+		var old Record
 		if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
-			rec = decode(v)
-			if rec.State == Sending {
-				rec.State = InDoubt
-			}
-			if rec.State == Done || !redeliverInDoubt {
+			old = decode(v)
+			switch old.State {
+			case Sending: // an earlier process never sent it whole: deliver again
+			case Sent, InDoubt:
+				rec = Record{State: InDoubt, Time: old.Time}
+				if !redeliverInDoubt {
+					return nil
+				}
+			default:
+				rec = old
 				return nil
 			}
 		}
-		return l.put(tx, id, Record{State: Sending, Time: time.Now()}, rec)
+		return l.put(tx, id, Record{State: Sending, Time: time.Now()}, old)
 	})
 	if err != nil || (rec.State != Absent && !(rec.State == InDoubt && redeliverInDoubt)) {
 		l.release(id)
@@ -167,6 +182,12 @@ func (l *Ledger) Begin(id string, redeliverInDoubt bool) (Record, error) {
 		rec.State = Absent
 	}
 	return rec, nil
+}
+
+// MarkSent records that the whole request is about to reach the server (its last byte
+// is written next): from here an answer that does not come leaves the id in doubt.
+func (l *Ledger) MarkSent(id string) error {
+	return l.set(id, Record{State: Sent, Time: time.Now()})
 }
 
 // Done records that the server took the message (answered with status) and ends the
@@ -195,8 +216,8 @@ func (l *Ledger) Forget(id string) error {
 	return nil
 }
 
-// Abandon ends a delivery whose outcome is unknown (the whole request went out, the
-// answer did not come back): the id stays "sending" on disk, which reads as in doubt.
+// Abandon ends a delivery whose outcome is unknown (MarkSent was recorded, the answer did
+// not come back): the id stays "sent" on disk, which reads as in doubt.
 func (l *Ledger) Abandon(id string) { l.release(id) }
 
 // Get returns what the ledger holds for id.
@@ -211,7 +232,7 @@ func (l *Ledger) Get(id string) (Record, error) {
 	l.mu.Lock()
 	_, running := l.inflight[id]
 	l.mu.Unlock()
-	if rec.State == Sending && !running {
+	if rec.State == Sent && !running {
 		rec.State = InDoubt
 	}
 	return rec, err
@@ -229,7 +250,7 @@ func (l *Ledger) InDoubt(fn func(id string, rec Record) bool) error {
 				continue
 			}
 			rec := decode(v)
-			if rec.State != Sending {
+			if rec.State != Sent && rec.State != InDoubt {
 				continue
 			}
 			l.mu.Lock()
@@ -335,7 +356,7 @@ func (l *Ledger) pruneLoop() {
 	}
 }
 
-// Stats counts the records by state (Sending counts in-progress and in-doubt ids).
+// Stats counts the records by state as stored (Sent counts in-progress and in-doubt ids).
 func (l *Ledger) Stats() (map[State]int, error) {
 	counts := map[State]int{}
 	err := l.db.View(func(tx *bolt.Tx) error {

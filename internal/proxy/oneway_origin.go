@@ -19,9 +19,13 @@ import (
 //	2xx, 3xx, 4xx other than 408/429, 500 with a SOAP Fault, other 5xx: taken (done;
 //	    the edge keeps refused ones as dead letters)
 //	408, 429, 502, 503, 504: not taken (forgotten; the edge tries again later)
-//	no answer, the request never went out whole: not taken (forgotten)
-//	no answer after the whole request went out: in doubt (kept "sending"; never sent
-//	    again unless origin.one_way.in_doubt says redeliver)
+//	no answer, the server never got the whole request: not taken (forgotten)
+//	no answer after it got the whole request: in doubt (never sent again unless
+//	    origin.one_way.in_doubt says redeliver)
+//
+// "Got the whole request" is made precise by the ledger's "sent" record, written after
+// all of the request but its last byte went to the server and before that byte goes
+// (package ledger): a server does not run a request it has not got whole.
 const (
 	causeOneWayOff          = "one_way_off"
 	causeAlreadyDelivered   = "already_delivered"
@@ -43,7 +47,17 @@ func oneWayNotTaken(status int) bool {
 type oneWayDelivery struct {
 	o       *Origin
 	id      string
+	sent    bool // MarkSent recorded: the last byte went, or was about to
 	settled bool // Done or Forget recorded
+}
+
+// markSent runs before the request's last byte goes to the server.
+func (d *oneWayDelivery) markSent() error {
+	if err := d.o.cfg.Ledger.MarkSent(d.id); err != nil {
+		return fmt.Errorf("soapgw: recording one-way message %s as sent: %w", d.id, err)
+	}
+	d.sent = true
+	return nil
 }
 
 // beginOneWay claims a one-way message for delivery, or answers the edge why not and
@@ -102,15 +116,15 @@ func (d *oneWayDelivery) answered(status int) {
 }
 
 // finish settles a delivery that got no answer from the server: in doubt when the whole
-// request went to the server, not taken otherwise.
-func (d *oneWayDelivery) finish(x *originExchange) {
+// request may have reached the server, not taken otherwise.
+func (d *oneWayDelivery) finish() {
 	if d.settled {
 		return
 	}
-	if x.sent {
+	if d.sent {
 		d.o.cfg.Ledger.Abandon(d.id)
 		d.o.m.oneWayOrigin.WithLabelValues("in_doubt").Inc()
-		d.o.log.Warn("one-way message in doubt: sent to the server, no answer", "message", d.id, "upstream", x.upstreamName)
+		d.o.log.Warn("one-way message in doubt: sent to the server whole, no answer", "message", d.id)
 		return
 	}
 	if err := d.o.cfg.Ledger.Forget(d.id); err != nil {

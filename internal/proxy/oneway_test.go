@@ -148,9 +148,24 @@ func TestOneWayOriginRunsAnIDOnce(t *testing.T) {
 	require.Equal(t, 202, rec.Status)
 }
 
-// TestOneWayInDoubtIsNotSentAgain: an id the ledger holds as "sending" from an earlier
-// process is refused, and the edge keeps the message as a dead letter.
+// TestOneWayInDoubtIsNotSentAgain: an id the ledger holds as "sent" from an earlier
+// process (it died after the server got the whole request, before the answer) is
+// refused, and the edge keeps the message as a dead letter; an id only "sending" (the
+// server never got it whole) is delivered.
 func TestOneWayInDoubtIsNotSentAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sent      bool
+		delivered bool
+	}{
+		{"sent whole", true, false},
+		{"not sent whole", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testOneWayAfterCrash(t, tc.sent, tc.delivered) })
+	}
+}
+
+func testOneWayAfterCrash(t *testing.T, sent, delivered bool) {
 	dir := t.TempDir()
 	sp, err := spool.Open(filepath.Join(dir, "spool.db"), spool.Limits{})
 	require.NoError(t, err)
@@ -163,6 +178,9 @@ func TestOneWayInDoubtIsNotSentAgain(t *testing.T) {
 	rec, err := led.Begin(id, false)
 	require.NoError(t, err)
 	require.Equal(t, ledger.Absent, rec.State)
+	if sent {
+		require.NoError(t, led.MarkSent(id))
+	}
 	require.NoError(t, led.Close())
 	led, err = ledger.Open(lpath, 0)
 	require.NoError(t, err)
@@ -175,6 +193,12 @@ func TestOneWayInDoubtIsNotSentAgain(t *testing.T) {
 	c.send(notifyRequest(1))
 	resp, _ := c.read("POST")
 	require.Equal(t, 202, resp.StatusCode)
+	if delivered {
+		waitFor(t, "delivered", func() bool { return sp.Stats().Messages == 0 })
+		require.Len(t, up.requests(), 1)
+		require.Zero(t, sp.Stats().Dead)
+		return
+	}
 	waitFor(t, "dead letter", func() bool { return sp.Stats().Dead == 1 })
 	require.Empty(t, up.requests(), "an in-doubt message went to the server again")
 	var dead []spool.Dead

@@ -138,7 +138,10 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		if oneWay = o.beginOneWay(st, x); oneWay == nil {
 			return
 		}
-		defer oneWay.finish(x)
+		defer oneWay.finish()
+		if x.req.ContentLength >= 0 {
+			x.beforeLastByte = oneWay.markSent
+		}
 	} else if o.held != nil {
 		h, how := o.held.begin(x.req.ExchangeID, st)
 		switch how {
@@ -328,6 +331,9 @@ type originExchange struct {
 	body         []byte    // a chunked body read whole (buffered), sent with Content-Length
 	buffered     bool
 	sent         bool // the whole request went to the upstream
+	// beforeLastByte, when set (one-way deliveries), runs after all but the last byte of
+	// a request with a Content-Length went to the upstream; an error stops the request.
+	beforeLastByte func() error
 }
 
 func (x *originExchange) id() string {
@@ -577,6 +583,28 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 		}
 		if err == nil {
 			err = cw.Close()
+		}
+	case x.beforeLastByte != nil:
+		// A one-way delivery: the server gets all but the last byte, the ledger records
+		// that the rest is going, then the last byte goes (oneway_origin.go: a request
+		// the server has not got whole was provably not run).
+		var c int64
+		c, err = copyBody(uc.bw, io.LimitReader(body, max(req.ContentLength-1, 0)))
+		if err == nil && c == max(req.ContentLength-1, 0) {
+			if ferr := uc.bw.Flush(); ferr != nil {
+				err = fmt.Errorf("%w: %w", errUpstreamWrite, ferr)
+			} else if herr := x.beforeLastByte(); herr != nil {
+				err = herr
+			}
+		}
+		if err == nil {
+			var last int64
+			last, err = copyBody(uc.bw, body)
+			c += last
+		}
+		n += c
+		if err == nil && c != req.ContentLength {
+			err = fmt.Errorf("%w: request body of %d bytes, announced %d", errBadEnvelope, c, req.ContentLength)
 		}
 	default:
 		var c int64
