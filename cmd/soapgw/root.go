@@ -46,7 +46,7 @@ multiplexed tunnel to an origin gateway beside the server, which calls the real 
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "text", "log format: text or json")
 	root.AddCommand(newRunCommand(g), newDemoCommand(g), newConfigCommand(g), newKeygenCommand(g), newVersionCommand(g), newExampleServerCommand(g), newExampleLoadCommand(g))
-	root.AddCommand(newBenchCommand(g))
+	root.AddCommand(newBenchCommand(g), newSpoolCommand(g))
 	return root
 }
 
