@@ -31,7 +31,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ops: newLabelSet(maxOperations),
 		exchanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_exchanges_total",
-			Help: "SOAP exchanges by role, upstream, SOAP operation (at most 100 names, then \"other\"), HTTP status code (for soapgw's own Faults the HTTP-semantic status of X-Soapgw-Status, whatever limits.fault_status sent) and outcome (ok, soap_fault, server_error, gateway_error).",
+			Help: "SOAP exchanges by role, upstream, SOAP operation (at most 100 names, then \"other\"), HTTP status code (for soapgw's own Faults the HTTP-semantic status of X-Soapgw-Status, whatever limits.fault_status sent) and outcome (ok, soap_fault, server_error, gateway_error; spooled: a one-way message the edge acknowledged from its spool).",
 		}, []string{"role", "upstream", "operation", "code", "outcome"}),
 		faults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_soap_faults_total",

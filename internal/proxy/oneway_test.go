@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -297,4 +299,40 @@ func (e *oneWayEnv) sendRaw(t *testing.T, msg []byte) (*envelope.Response, *enve
 	require.NoError(t, err)
 	require.NoError(t, drainBody(br))
 	return resp, gwErr
+}
+
+// TestOneWayOrderedKeepsOrderAcrossRetries: with Ordered, the server gets the messages of
+// an upstream in the order the edge accepted them, even when one is refused with 503 and
+// tried again (the others wait behind it).
+func TestOneWayOrderedKeepsOrderAcrossRetries(t *testing.T) {
+	var refused atomic.Bool
+	env := newOneWayEnv(t, func(n int, r upstreamReq) ([]byte, bool) {
+		if bytes.Contains(r.body, []byte("<n>3</n>")) && refused.CompareAndSwap(false, true) {
+			return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"), false
+		}
+		return accepted202()(n, r)
+	}, func(ow *OneWayConfig, _ *envConfig) { ow.Ordered, ow.Deliveries = true, 8 })
+	defer closeStores(t, env)
+	c := env.dial()
+	const n = 10
+	for i := range n {
+		c.send(notifyRequest(i))
+		resp, _ := c.read("POST")
+		require.Equal(t, 202, resp.StatusCode)
+	}
+	waitFor(t, "delivered", func() bool { return env.spool.Stats().Messages == 0 })
+	got := env.up.requests()
+	require.Len(t, got, n+1, "every message once, message 3 twice (refused, then taken)")
+	var order []string
+	for _, r := range got {
+		order = append(order, string(r.raw))
+	}
+	want := []string{}
+	for i := range n {
+		want = append(want, notifyRequest(i))
+		if i == 3 {
+			want = append(want, notifyRequest(i))
+		}
+	}
+	require.Equal(t, want, order)
 }
