@@ -91,6 +91,7 @@ func (f *forwarder) run(ctx context.Context) {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	stopping := false
+	stop := f.stop // Shutdown closes it; nil once seen, so the loop does not spin on it
 	for {
 		if !stopping {
 			f.load()
@@ -106,9 +107,8 @@ func (f *forwarder) run(ctx context.Context) {
 			retry.Stop()
 		}
 		select {
-		case <-f.stop:
-			stopping = true
-			f.stop = nil // a closed channel would spin the loop
+		case <-stop:
+			stopping, stop = true, nil
 		case r := <-f.results:
 			f.settle(r)
 		case <-f.ow.Spool.Ready():
