@@ -203,6 +203,7 @@ func TestPrometheusDashboardAndAlerts(t *testing.T) {
 
 	// The service: echoes, SOAP Faults with 500 (Server and Client codes), a 503 without
 	// a fault, and a 512 KiB answer (larger than a stream window: flow-control stalls).
+	// NotifyFail is a one-way operation the server refuses with a Fault: a dead letter.
 	big := bytes.Repeat([]byte("<row>0123456789abcdef0123456789abcdef0123456789abcdef01234</row>\n"), 512<<10/64)
 	srv := startRecordingServer(t, func(r *recordedRequest) []byte {
 		xml := [][2]string{{"Content-Type", "text/xml; charset=utf-8"}}
@@ -216,16 +217,21 @@ func TestPrometheusDashboardAndAlerts(t *testing.T) {
 			return soapResponse(503, "Service Unavailable", [][2]string{{"Content-Type", "text/plain"}}, []byte("overloaded\n"))
 		case strings.Contains(action, "#GetReport"):
 			return soapResponse(200, "OK", xml, big)
+		case strings.Contains(action, "#NotifyFail"):
+			return soapResponse(500, "Internal Server Error", xml, soap11Fault("soap:Client", "unknown event type"))
 		}
 		return soapResponse(200, "OK", xml, append(append([]byte("<ok>"), r.Body...), "</ok>"...))
 	})
 
 	// The pair: routes /svc/ to the service and /dead/ to an upstream nobody listens on
 	// (origin gateway errors); any other path has no route (an edge gateway error). Short
-	// keepalives so the tunnel RTT histogram fills within the test.
+	// keepalives so the tunnel RTT histogram fills within the test. Notify and NotifyFail
+	// are one-way operations (edge.one_way, origin.one_way).
 	a := newPairAddrs(t)
 	deadURL := "http://" + freePort(t)
-	startGateway(t, a.OriginAdmin, originYAML(a, srv.URL(), fmt.Sprintf("    - name: dead\n      url: %s\n      connect_timeout: 1s\n", deadURL)))
+	stores := t.TempDir()
+	startGateway(t, a.OriginAdmin, originYAML(a, srv.URL(), fmt.Sprintf("    - name: dead\n      url: %s\n      connect_timeout: 1s\n  one_way:\n    ledger: %s\n",
+		deadURL, filepath.Join(stores, "ledger.db"))))
 	startGateway(t, a.EdgeAdmin, fmt.Sprintf(`node: e2e-edge
 admin:
   listen: %[1]s
@@ -263,7 +269,12 @@ edge:
     - path_prefix: /udp3/
       peer: dc3
       upstream: svc
-`, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile))
+  one_way:
+    spool: %[5]s
+    operations:
+      - action: "urn:demo#Notify"
+      - action: "urn:demo#NotifyFail"
+`, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile, filepath.Join(stores, "spool.db")))
 
 	// Prometheus, configured from the example with this pair's admin listeners.
 	dir := t.TempDir()
@@ -346,7 +357,10 @@ edge:
 		"SoapgwUDPTunnelDown", "SoapgwUDPFallbackActive", "SoapgwUDPCodecNacks"} {
 		require.Equal(t, "inactive", states[name], name)
 	}
-	for _, name := range []string{"SoapgwOriginUpstreamErrors", "SoapgwGatewayErrorRatio"} {
+	for _, name := range []string{"SoapgwOneWayMessageOld", "SoapgwOneWayRejected"} {
+		require.Equal(t, "inactive", states[name], name)
+	}
+	for _, name := range []string{"SoapgwOriginUpstreamErrors", "SoapgwGatewayErrorRatio", "SoapgwOneWayDeadLetters"} {
 		require.Contains(t, []string{"pending", "firing"}, states[name], name)
 	}
 	t.Logf("%d panel queries, %d variables and %d alert expressions returned data", panels, len(d.Templating.List)-1, len(rules))
@@ -409,7 +423,8 @@ func soap11Fault(code, msg string) []byte {
 // little later than the one before, so the rate ramps up): half open a connection per
 // call like legacy HTTP/1.0 stacks, half keep theirs alive. Operations are mixed by
 // SOAPAction; some calls fault at the server, some go to a dead upstream, one has no
-// route. Returns the exchanges completed and transport-level failures.
+// route, some are one-way (Notify, and NotifyFail, which the server refuses). Returns the
+// exchanges completed and transport-level failures.
 func runMixedLoad(t *testing.T, edgeAddr string, d time.Duration) (sent, failed int64) {
 	t.Helper()
 	const clients = 6
@@ -459,6 +474,10 @@ func runMixedLoad(t *testing.T, edgeAddr string, d time.Duration) (sent, failed 
 					call(c, "/svc/Orders", "Reject", i)
 				case i%29 == 11:
 					call(c, "/svc/Orders", "Crash", i)
+				case i%31 == 6:
+					call(c, "/svc/Events", "NotifyFail", i) // one-way: a dead letter
+				case i%13 == 4:
+					call(c, "/svc/Events", "Notify", i) // one-way: acknowledged from the spool
 				case i%5 == 1:
 					call(c, "/udp/Orders", ops[i%len(ops)], i) // UDP tunnel (fallback tcp, redundancy)
 				case i%7 == 2:
