@@ -23,10 +23,14 @@ var ErrClosed = errors.New("groupcommit: closed")
 type Committer struct {
 	db    *bolt.DB
 	queue chan *call
-	done  chan struct{}
+	done  chan struct{} // closed by Close
 	wg    sync.WaitGroup
 
-	closeOnce sync.Once
+	// mu orders Do's send against Close: Do sends only while closed is false, under the
+	// read lock, so once Close has set it no update can enter the queue behind the
+	// loop's last look at it.
+	mu     sync.RWMutex
+	closed bool
 }
 
 type call struct {
@@ -47,17 +51,27 @@ func New(db *bolt.DB) *Committer {
 // that others share is retried without it) and is returned.
 func (c *Committer) Do(fn func(*bolt.Tx) error) error {
 	cl := &call{fn: fn, err: make(chan error, 1)}
-	select {
-	case c.queue <- cl:
-	case <-c.done:
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
 		return ErrClosed
 	}
+	// The loop is running (Close waits for this read lock before it stops it), so a full
+	// queue drains.
+	c.queue <- cl
+	c.mu.RUnlock()
 	return <-cl.err
 }
 
-// Close stops the committer after the updates already queued.
+// Close stops the committer after the updates already queued (they are committed and
+// answered); Do fails with ErrClosed from then on. It returns once the loop has ended.
 func (c *Committer) Close() {
-	c.closeOnce.Do(func() { close(c.done) })
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.done)
+	}
+	c.mu.Unlock()
 	c.wg.Wait()
 }
 
@@ -69,14 +83,12 @@ func (c *Committer) loop() {
 		select {
 		case first = <-c.queue:
 		case <-c.done:
-			// Fail what is still queued: nobody will commit it.
-			for {
-				select {
-				case cl := <-c.queue:
-					cl.err <- ErrClosed
-				default:
-					return
-				}
+			// Closed: nothing enters the queue any more (see Do). Commit what is in it,
+			// then stop.
+			select {
+			case first = <-c.queue:
+			default:
+				return
 			}
 		}
 		group = append(group[:0], first)
