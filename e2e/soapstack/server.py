@@ -1,16 +1,21 @@
 #!/usr/bin/python3
 """spyne SOAP 1.1 (document/literal) test service for the soapgw e2e tests.
 
-Usage: /usr/bin/python3 server.py [--host 127.0.0.1] [--port 0]
+Usage: /usr/bin/python3 server.py [--host 127.0.0.1] [--port 0] [--record FILE]
 Prints exactly one line "READY <port>" on stdout (flushed) once listening.
 Endpoint: http://HOST:PORT/  (WSDL: GET http://HOST:PORT/?wsdl)
+--record FILE: the one-way operation notify(text) appends each text it receives
+to FILE as one JSON string per line (ASCII-escaped), in one write each.
 """
 import argparse
 import datetime
 import io
+import json
 import logging
+import os
 import socketserver
 import sys
+import threading
 from xml.sax.saxutils import escape as xml_escape
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -21,6 +26,9 @@ from spyne.server.wsgi import WsgiApplication
 TNS = "urn:soapgw:e2e"
 EPOCH = datetime.datetime(2024, 1, 1, 8, 0, 0, tzinfo=datetime.timezone.utc)
 MAX_ENTRIES = 5000
+
+# Where notify() records what it receives (--record); None: nowhere.
+RECORD = {"fd": None, "lock": threading.Lock()}
 
 
 class Entry(ComplexModel):
@@ -54,6 +62,17 @@ class E2EService(ServiceBase):
     def fail(ctx, reason):
         raise Fault(faultcode="Client.Rejected", faultstring=reason)
 
+    # One-way (WSDL operation with an input and no output): spyne's _is_async drops
+    # the output from the portType and the binding.  Called directly, spyne still
+    # answers 200 with an empty <notifyResponse/> envelope (zeep returns None for it,
+    # as for a 202 with no body).  See drop_dangling_headers for the WSDL fix it needs.
+    @rpc(Unicode, _is_async=True)
+    def notify(ctx, text):
+        line = (json.dumps(text, ensure_ascii=True) + "\n").encode("ascii")
+        with RECORD["lock"]:
+            if RECORD["fd"] is not None:
+                os.write(RECORD["fd"], line)
+
 
 class PerHostWsdlApplication(WsgiApplication):
     """Stock spyne builds the WSDL once, from the URL (Host header) of the
@@ -67,6 +86,8 @@ class PerHostWsdlApplication(WsgiApplication):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.doc.wsdl11.event_manager.add_listener("wsdl_document_built",
+                                                   drop_dangling_headers)
         self.doc.wsdl11.build_interface_document(self.PLACEHOLDER)
         self._wsdl_template = self.doc.wsdl11.get_interface_document()
         assert self._wsdl_template.count(self.PLACEHOLDER.encode()) == 1
@@ -77,6 +98,22 @@ class PerHostWsdlApplication(WsgiApplication):
         start_response("200 OK", [("Content-Type", "text/xml; charset=utf-8"),
                                   ("Content-Length", str(len(body)))])
         return [body]
+
+
+def drop_dangling_headers(wsdl11):
+    """spyne 2.14 gives the binding input of an _is_async (one-way) operation
+    WS-Addressing soap:header elements (ReplyTo, MessageID) whose wsdl:messages it
+    defines only when the service has callbacks; this one has none, so zeep cannot
+    load the WSDL ("No definition '{urn:soapgw:e2e}ReplyToHeader' in 'messages'").
+    Remove the soap:header elements that name an undefined message, in the tree
+    spyne built, before spyne serializes it."""
+    root = wsdl11.root_elt
+    wsdl_ns = "http://schemas.xmlsoap.org/wsdl/"
+    defined = {m.get("name") for m in root.iterfind("{%s}message" % wsdl_ns)}
+    for el in list(root.iter("{http://schemas.xmlsoap.org/wsdl/soap/}header")):
+        name = el.get("message", "").rpartition(":")[2]
+        if name not in defined:
+            el.getparent().remove(el)
 
 
 def dechunk_middleware(app):
@@ -123,7 +160,11 @@ def main():
     ap.add_argument("--quiet", action="store_true", help="no access log")
     ap.add_argument("--accept-chunked", action="store_true",
                     help="decode chunked request bodies (stock wsgiref+spyne rejects them)")
+    ap.add_argument("--record", metavar="FILE",
+                    help="append each notify(text) received to FILE (a JSON string a line)")
     args = ap.parse_args()
+    if args.record:
+        RECORD["fd"] = os.open(args.record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     logging.basicConfig(level=logging.WARNING)
     # SOAP faults raised on purpose (fail()) would otherwise log a traceback.
     logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
