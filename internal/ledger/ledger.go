@@ -379,9 +379,17 @@ func encode(r Record) []byte {
 	return binary.BigEndian.AppendUint16(b, uint16(r.Status))
 }
 
+// decode reads a record. One it cannot read, or whose state is not one that is stored
+// (Sending, Sent, Done), is in doubt: never deliver it again on a guess.
 func decode(v []byte) Record {
 	if len(v) < 11 {
-		return Record{State: InDoubt} // unreadable: never deliver it again on a guess
+		return Record{State: InDoubt}
 	}
-	return Record{State: State(v[0]), Time: time.Unix(0, int64(binary.BigEndian.Uint64(v[1:9]))), Status: int(binary.BigEndian.Uint16(v[9:11]))}
+	rec := Record{State: State(v[0]), Time: time.Unix(0, int64(binary.BigEndian.Uint64(v[1:9]))), Status: int(binary.BigEndian.Uint16(v[9:11]))}
+	switch rec.State {
+	case Sending, Sent, Done:
+	default:
+		rec.State = InDoubt
+	}
+	return rec
 }

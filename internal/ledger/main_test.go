@@ -1,0 +1,11 @@
+package ledger
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine outlives them: Close must stop the
+// pruning loop and the committer.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
