@@ -39,11 +39,11 @@ var owIDRE = regexp.MustCompile(`<id>(\d+)</id>`)
 // that its body is the client's byte for byte, and answers 202 after think.
 type owUpstream struct {
 	*httptest.Server
-	mu       sync.Mutex
+	mu         sync.Mutex
 	received   map[int]int
 	corrupt    int
 	incomplete int
-	running  atomic.Int32
+	running    atomic.Int32
 }
 
 func startOWUpstream(t *testing.T, think time.Duration) *owUpstream {

@@ -479,7 +479,7 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		raw += int(req.ContentLength)
 	}
 	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(raw))
-	if ow := e.cfg.OneWay; ow != nil && replayable {
+	if ow := e.cfg.OneWay; ow != nil && replayable && req.ContentLength > 0 {
 		if body := msg[len(msg)-int(req.ContentLength):]; ow.isOneWay(req.Target, req.Header, body) {
 			return e.acceptOneWay(x, head, body)
 		}

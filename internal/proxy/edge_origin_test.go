@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -437,7 +438,7 @@ func TestEdgeResumesAfterSend(t *testing.T) {
 		cl := env.dial()
 		cl.send(soapRequest(1, "/svc", "", soapBody))
 		resp, body := cl.read("POST")
-		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, 200, resp.StatusCode, "%s", body)
 		require.Equal(t, "<ok/>", string(body))
 		require.Equal(t, int32(2), calls.Load(), "the exchange's stream, then one resume")
 		require.Len(t, up.requests(), 1, "the request is never sent twice")
@@ -608,4 +609,71 @@ func TestHTTP10ResponseOverLimitGetsFault(t *testing.T) {
 	require.Contains(t, f.text, "max_response_bytes")
 	require.Equal(t, causeResponseLarge, f.cause)
 	cl.requireClosed()
+}
+
+// cutEndStream delivers all of the request message but its last byte, then fails the
+// read once the origin holds the exchange: a tunnel connection that died with the
+// request's end in flight.
+type cutEndStream struct {
+	Stream
+	origin *Origin
+	wrote  bool
+}
+
+func (s *cutEndStream) Write(p []byte) (int, error) {
+	if !s.wrote && len(p) > 1 {
+		s.wrote = true
+		if _, err := s.Stream.Write(p[:len(p)-1]); err != nil {
+			return 0, err
+		}
+		return len(p), s.Stream.Flush()
+	}
+	return len(p), nil
+}
+
+func (s *cutEndStream) CloseWrite() error { return nil }
+
+func (s *cutEndStream) Read([]byte) (int, error) {
+	for give := time.Now().Add(testDeadline); time.Now().Before(give); runtime.Gosched() {
+		s.origin.held.mu.Lock()
+		n := len(s.origin.held.byID)
+		s.origin.held.mu.Unlock()
+		if n > 0 {
+			break
+		}
+	}
+	return 0, retryErr{false}
+}
+
+// TestEdgeResendsRequestCutAtItsEnd: the tunnel connection dies after the edge wrote the
+// whole request but before its last byte reached the origin. The origin never sent it to
+// the server whole, says so to the edge's resume (not_run), and the edge sends the
+// request again: the client gets the real answer and the server runs it once.
+func TestEdgeResendsRequestCutAtItsEnd(t *testing.T) {
+	up := newUpstream(t, okResponse("<ok/>"))
+	var calls atomic.Int32
+	m := NewMetrics(nil)
+	var env *testEnv
+	env = newEnv(t, envConfig{
+		Metrics:   m,
+		Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
+		Opener: func(base Opener) Opener {
+			return OpenerFunc(func(ctx context.Context) (Stream, error) {
+				st, err := base.OpenStream(ctx)
+				if err != nil || calls.Add(1) > 1 {
+					return st, err
+				}
+				return &cutEndStream{Stream: st, origin: env.origin}, nil
+			})
+		},
+	})
+	cl := env.dial()
+	cl.send(soapRequest(1, "/svc", "", soapBody))
+	resp, body := cl.read("POST")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "<ok/>", string(body))
+	require.Equal(t, int32(3), calls.Load(), "the cut stream, the resume, the request sent again")
+	require.Len(t, up.requests(), 1, "the server got it whole once")
+	require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "not_run")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("origin", "not_run")))
 }

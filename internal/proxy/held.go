@@ -90,10 +90,15 @@ type heldExchange struct {
 	accounted  int64 // bytes counted in s.bytes for it
 	lost       bool  // the copy was dropped: not resumable
 	done       bool  // the response (or an error head) is complete
+	notRun     bool  // ended without the upstream getting the whole request: not executed
 	attached   Stream
 	changed    chan struct{} // closed and replaced on every change, for resumes waiting
 	finishedAt time.Time
 }
+
+// errNotRun answers a resume for an exchange whose request never reached the server
+// whole: its upstream call was not made, or was abandoned before the request's end.
+var errNotRun = errors.New("soapgw: the request did not reach the origin whole; the server never got it")
 
 // errResumeOffset answers a resume that claims more of the response than there is.
 var errResumeOffset = errors.New("soapgw: resume offset beyond the held response")
@@ -114,9 +119,17 @@ func (s *heldStore) begin(id string, st Stream) (*heldExchange, heldRefusal) {
 	defer s.mu.Unlock()
 	s.expireLocked()
 	if h := s.byID[id]; h != nil {
-		return h, heldDuplicate
-	}
-	if _, ok := s.tombs[id]; ok {
+		h.mu.Lock()
+		notRun := h.notRun
+		h.mu.Unlock()
+		if !notRun {
+			return h, heldDuplicate
+		}
+		// The edge sends again a request that never reached the server whole (it was
+		// told so by a resume): it runs now, as new. (The old entry leaves the finished
+		// queue on its own; dropLocked leaves the new one alone.)
+		delete(s.byID, id)
+	} else if _, ok := s.tombs[id]; ok {
 		return nil, heldTombstoned
 	}
 	h := &heldExchange{s: s, id: id, attached: st, changed: make(chan struct{}), accounted: heldOverhead}
@@ -343,6 +356,9 @@ func (h *heldExchange) wait(ctx context.Context, offset int64) (tail []byte, err
 	for {
 		h.mu.Lock()
 		switch {
+		case h.notRun:
+			h.mu.Unlock()
+			return nil, errNotRun
 		case h.lost:
 			h.mu.Unlock()
 			return nil, nil
@@ -398,7 +414,7 @@ func newHeldMetrics() *heldMetrics {
 		}, []string{"reason"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_resumes_total",
-			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once).",
+			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once).",
 		}, []string{"role", "result"}),
 	}
 	for _, r := range []string{"expired", "evicted"} {
@@ -408,7 +424,7 @@ func newHeldMetrics() *heldMetrics {
 		m.lost.WithLabelValues(r)
 	}
 	for _, role := range []string{"edge", "origin"} {
-		for _, r := range []string{"ok", "not_held", "lost", "failed"} {
+		for _, r := range []string{"ok", "not_held", "not_run", "lost", "failed"} {
 			m.resumes.WithLabelValues(role, r)
 		}
 	}
@@ -482,13 +498,24 @@ func (w *heldStream) CloseWrite() error {
 }
 
 // finish ends the exchange's hold: a message that never ended (the exchange failed
-// part-way) cannot be resumed, and a resume waiting for it learns so at once.
-func (w *heldStream) finish() {
-	if !w.closed {
-		w.h.mu.Lock()
-		free := w.h.loseLocked("failed")
-		w.h.mu.Unlock()
-		w.h.s.release(free)
-		w.h.complete()
+// part-way) cannot be resumed, and a resume waiting for it learns so at once. notRun
+// says the upstream never got the whole request (it arrived cut): such an exchange is
+// kept for its window as "not run", so a resume learns the server never saw it and the
+// edge may send it again.
+func (w *heldStream) finish(notRun bool) {
+	if w.closed {
+		return
 	}
+	w.h.mu.Lock()
+	var free int64
+	if notRun {
+		w.h.notRun = true
+		free = w.h.accounted - heldOverhead
+		w.h.buf, w.h.accounted = nil, heldOverhead
+	} else {
+		free = w.h.loseLocked("failed")
+	}
+	w.h.mu.Unlock()
+	w.h.s.release(free)
+	w.h.complete()
 }

@@ -154,7 +154,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 			return
 		}
 		hst := &heldStream{Stream: st, h: h}
-		defer hst.finish()
+		defer func() { hst.finish(!x.sent) }()
 		st, resumable = hst, h.resumable
 	}
 	if oneWay == nil {
@@ -584,31 +584,27 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 		if err == nil {
 			err = cw.Close()
 		}
-	case x.beforeLastByte != nil:
-		// A one-way delivery: the server gets all but the last byte, the ledger records
-		// that the rest is going, then the last byte goes (oneway_origin.go: a request
-		// the server has not got whole was provably not run).
+	default:
+		// The body's last byte goes to the upstream only after the tunnel message has
+		// ended (its checksum verified): an upstream never gets the whole of a request
+		// that did not arrive whole, so one whose exchange ends unsent was provably not
+		// run (a resume is told not_run; held.go). A one-way delivery records that its
+		// last byte is going first (beforeLastByte, oneway_origin.go).
 		var c int64
-		c, err = copyBody(uc.bw, io.LimitReader(body, max(req.ContentLength-1, 0)))
-		if err == nil && c == max(req.ContentLength-1, 0) {
+		head := max(req.ContentLength-1, 0)
+		c, err = copyBody(uc.bw, io.LimitReader(body, head))
+		if err == nil && c == head && x.beforeLastByte != nil {
 			if ferr := uc.bw.Flush(); ferr != nil {
 				err = fmt.Errorf("%w: %w", errUpstreamWrite, ferr)
-			} else if herr := x.beforeLastByte(); herr != nil {
-				err = herr
+			} else {
+				err = x.beforeLastByte()
 			}
 		}
 		if err == nil {
 			var last int64
-			last, err = copyBody(uc.bw, body)
+			last, err = copyBody(holdWriter{uc.bw}, body)
 			c += last
 		}
-		n += c
-		if err == nil && c != req.ContentLength {
-			err = fmt.Errorf("%w: request body of %d bytes, announced %d", errBadEnvelope, c, req.ContentLength)
-		}
-	default:
-		var c int64
-		c, err = copyBody(uc.bw, body)
 		n += c
 		if err == nil && c != req.ContentLength {
 			err = fmt.Errorf("%w: request body of %d bytes, announced %d", errBadEnvelope, c, req.ContentLength)
@@ -622,6 +618,20 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 		return fmt.Errorf("%w: %w", errUpstreamWrite, err)
 	}
 	return nil
+}
+
+// holdWriter writes into a bufio.Writer's buffer without ever writing through, so what
+// it is given stays in the process until the next Flush (the request's last byte, until
+// the tunnel message has ended).
+type holdWriter struct{ bw *bufio.Writer }
+
+func (w holdWriter) Write(p []byte) (int, error) {
+	for i := range p {
+		if err := w.bw.WriteByte(p[i]); err != nil {
+			return i, fmt.Errorf("%w: %w", errUpstreamWrite, err)
+		}
+	}
+	return len(p), nil
 }
 
 // copyBody copies the tunnel message to the upstream. Errors reading the stream come back

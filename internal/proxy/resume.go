@@ -113,7 +113,11 @@ func (r *resumer) resume(cause error) error {
 		return &outcomeUnknownError{fmt.Errorf("%w (resumed %d times)", cause, r.resumes)}
 	}
 	r.resumes++
-	_ = r.st.Close()
+	// The failed stream is closed only once the origin has answered (or the resume has
+	// failed): if it is not dead after all, closing it first would reset it at the
+	// origin, which takes a reset for the edge abandoning the exchange and stops it.
+	old := r.st
+	defer func() { _ = old.Close() }()
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		st, br, err := r.ask()
@@ -123,7 +127,8 @@ func (r *resumer) resume(cause error) error {
 			return nil
 		}
 		var ou *outcomeUnknownError
-		if errors.As(err, &ou) {
+		var nd *notDeliveredError
+		if errors.As(err, &ou) || errors.As(err, &nd) {
 			return err
 		}
 		if r.ctx.Err() != nil || errors.Is(err, errNoResumeStream) || try >= maxResumeTries {
@@ -169,6 +174,10 @@ func (r *resumer) ask() (Stream, *bufio.Reader, error) {
 	case err != nil:
 		_ = st.Close()
 		return nil, nil, &outcomeUnknownError{fmt.Errorf("origin's answer to a resume: %w", err)}
+	case gwErr != nil && gwErr.Cause == resumeNotRun:
+		_ = st.Close()
+		r.m.resumes.WithLabelValues("edge", "not_run").Inc()
+		return nil, nil, &notDeliveredError{gwErr.Message}
 	case gwErr != nil:
 		_ = st.Close()
 		result := "lost"
@@ -202,6 +211,18 @@ func (r *resumer) SetDeadline(t time.Time) error {
 
 var errResumerWrite = errors.New("soapgw: write on a response reader")
 
+// resumeNotRun is the cause in an origin's answer to a resume for an exchange whose
+// request never reached the server whole: it was not executed, and may be sent again.
+const resumeNotRun = "not_run"
+
+// notDeliveredError ends a resume whose exchange the origin never ran: the request did
+// not reach it whole. Retryable: the edge sends it again (same exchange id) when it still
+// has the request.
+type notDeliveredError struct{ msg string }
+
+func (e *notDeliveredError) Error() string   { return e.msg }
+func (e *notDeliveredError) Retryable() bool { return true }
+
 // resumeNotHeld is the cause in an origin's answer to a resume for an exchange it does
 // not hold. It never reaches a client: the edge turns it into outcome_unknown.
 const resumeNotHeld = "not_held"
@@ -229,6 +250,11 @@ func (o *Origin) serveResume(ctx context.Context, st Stream, head []byte) {
 	defer cancel()
 	tail, err := h.wait(wctx, res.Offset)
 	switch {
+	case errors.Is(err, errNotRun):
+		o.held.m.resumes.WithLabelValues("origin", "not_run").Inc()
+		o.log.Info("resume for an exchange whose request never reached the server whole", "exchange", res.ExchangeID)
+		o.answerResume(st, 0, nil, &gatewayError{Status: 502, Cause: resumeNotRun,
+			Message: fmt.Sprintf("soapgw: origin %q never sent exchange %s to the server: its request did not arrive whole", o.cfg.Node, res.ExchangeID)})
 	case err != nil || tail == nil:
 		o.held.m.resumes.WithLabelValues("origin", "lost").Inc()
 		why := "its response could not be kept (larger than resume_max_bytes/8, the held budget full, or the exchange failed part-way)"
