@@ -200,8 +200,10 @@ type EdgeOneWay struct {
 	// DeadLetters keeps refused and in-doubt messages for `soapgw spool`;
 	// false drops them (logged and counted). Default: true.
 	DeadLetters bool `yaml:"dead_letters"`
-	// AcceptStatus is the edge's answer to a one-way call: 202 (WS-I Basic
-	// Profile) or 200. Default: 202.
+	// AcceptStatus is the edge's answer to a one-way call, always with an
+	// empty body: 202 (WS-I Basic Profile) or 200. Keep 202 unless clients
+	// need 200: zeep takes an empty 202 as success and fails on an empty 200.
+	// Default: 202.
 	AcceptStatus int `yaml:"accept_status"`
 	// Deliveries is how many messages are delivered at once. Default: 16.
 	Deliveries int `yaml:"deliveries"`

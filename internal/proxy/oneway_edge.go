@@ -32,9 +32,9 @@ import (
 type OneWayConfig struct {
 	Spool      *spool.Spool
 	Operations []OneWayOperation
-	// AcceptStatus is the status of the edge's acknowledgement (default 202 Accepted,
-	// what WS-I Basic Profile R2750 asks of a one-way operation; 200 for clients that
-	// want it).
+	// AcceptStatus is the status of the edge's acknowledgement, with an empty body
+	// (default 202 Accepted, what WS-I Basic Profile R2750 asks of a one-way operation;
+	// 200 for clients that want it, though zeep fails on an empty 200).
 	AcceptStatus int
 	// Deliveries is how many messages are delivered at once (default 16). Ordered makes
 	// it one at a time per upstream, in the order the edge accepted them.
