@@ -25,6 +25,11 @@
 //	client ◄──TCP── Edge.writeResponse: status, reason, fields byte for byte; framing for
 //	                the client (Content-Length for HTTP/1.0, one write, TCP_NODELAY)
 //
+// One-way operations (OneWayConfig) leave this path at the edge once the body is read:
+// the request message is synced to the spool and the client answered 202 at once; the
+// forwarder (forward.go) sends it later on a stream of its own, and the origin runs it
+// at most once per message id with its ledger (oneway_edge.go, oneway_origin.go).
+//
 // Transparency rules. Request method, target, header field names (with their casing,
 // e.g. "SOAPAction"), values, order and body reach the server unchanged; status code,
 // reason phrase, fields and body reach the client unchanged. Only hop-by-hop fields (RFC
