@@ -181,9 +181,27 @@ letter. Stop the origin first: it holds the file locked.`,
 		},
 	}
 	inDoubt.Flags().IntVar(&o.limit, "limit", 100, "list at most this many (0: all)")
+	get := &cobra.Command{
+		Use:   "get ID...",
+		Short: "What the ledger holds for message ids (ow.<spool id>-<seq>): done, in doubt, sending, or absent",
+		Long: `get prints what the ledger holds for each message id: done (delivered; with the time
+and the server's status), in_doubt (the server got it whole, no answer came back), sending
+(never sent whole) or absent (never delivered by this origin, or forgotten after
+origin.one_way.retention). Use it on the ids of messages exported from an edge's spool
+('spool export', messages.json) to tell which ones the server already has.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageError{errors.New("give at least one message id (ow.<spool id>-<seq>)")}
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			return o.withLedger(func(l *ledger.Ledger, _ string) error { return o.ledgerGet(g.stdout, l, args) })
+		},
+	}
 	cmd.PersistentFlags().StringVar(&o.file, "file", "", "the ledger file (origin.one_way.ledger)")
 	cmd.PersistentFlags().StringVar(&o.config, "config", "", "read the ledger file's path from this origin configuration")
-	cmd.AddCommand(inDoubt)
+	cmd.AddCommand(inDoubt, get)
 	return cmd
 }
 
@@ -738,6 +756,45 @@ func (o *spoolOptions) ledgerStats(w io.Writer, l *ledger.Ledger, path string) e
 	fmt.Fprintf(tw, "done\t%d\t(delivered: sent again, refused as already_delivered)\n", counts[ledger.Done])
 	fmt.Fprintf(tw, "in doubt\t%d\t(the server got it whole, no answer came back: 'spool ledger in-doubt')\n", inDoubt)
 	fmt.Fprintf(tw, "sending\t%d\t(never reached the server whole: delivered when the edge sends it again)\n", counts[ledger.Sending])
+	return tw.Flush()
+}
+
+type ledgerRecordJSON struct {
+	ID     string     `json:"id"`
+	State  string     `json:"state"`
+	Time   *time.Time `json:"time,omitempty"`
+	Status int        `json:"status,omitempty"`
+}
+
+func (o *spoolOptions) ledgerGet(w io.Writer, l *ledger.Ledger, ids []string) error {
+	recs := make([]ledgerRecordJSON, 0, len(ids))
+	for _, id := range ids {
+		rec, err := l.Get(id)
+		if err != nil {
+			return err
+		}
+		r := ledgerRecordJSON{ID: id, State: rec.State.String(), Status: rec.Status}
+		if !rec.Time.IsZero() {
+			t := rec.Time.UTC()
+			r.Time = &t
+		}
+		recs = append(recs, r)
+	}
+	if o.json {
+		return writeJSON(w, recs)
+	}
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tSTATE\tSINCE\tSTATUS")
+	for _, r := range recs {
+		since, status := "-", "-"
+		if r.Time != nil {
+			since = timeText(*r.Time)
+		}
+		if r.Status != 0 {
+			status = strconv.Itoa(r.Status)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.State, since, status)
+	}
 	return tw.Flush()
 }
 

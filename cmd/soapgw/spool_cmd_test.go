@@ -283,6 +283,13 @@ func TestSpoolLedgerCommand(t *testing.T) {
 	require.Len(t, ids, 1)
 	require.Equal(t, "ow.a-2", ids[0].ID)
 
+	code, out, stderr = runCLI(t, "spool", "ledger", "get", "--file", path, "ow.a-1", "ow.a-2", "ow.a-4", "ow.b-9")
+	require.Equal(t, exitOK, code, stderr)
+	require.Regexp(t, `(?m)^ow\.a-1 +done +\S+Z +202$`, out)
+	require.Regexp(t, `(?m)^ow\.a-2 +in_doubt +\S+Z +-$`, out)
+	require.Regexp(t, `(?m)^ow\.a-4 +sending +\S+Z +-$`, out)
+	require.Regexp(t, `(?m)^ow\.b-9 +absent +- +-$`, out)
+
 	// The command read the ledger without changing it: the id is still refused as in doubt.
 	l, err = ledger.Open(path, 0)
 	require.NoError(t, err)
