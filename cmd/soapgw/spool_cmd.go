@@ -126,6 +126,18 @@ server did not run it.`,
 		},
 	}
 	purge.Flags().BoolVar(&o.all, "all", false, "delete every dead letter")
+	drop := &cobra.Command{
+		Use:   "drop SEQ...",
+		Short: "Delete pending messages (export them first)",
+		Long: `drop deletes pending messages SEQ: they are never delivered. For messages that can never
+be delivered (their peer or upstream was removed from the configuration) or an edge
+being decommissioned: export them first ('spool export') so nothing acknowledged is lost
+without a trace.`,
+		Args: seqArgs(false),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return o.withSpool(func(sp *spool.Spool, _ string) error { return o.drop(g.stdout, sp, args) })
+		},
+	}
 	export := &cobra.Command{
 		Use:   "export --dir DIR",
 		Short: "Write every pending message to DIR as an HTTP request file (to decommission an edge)",
@@ -145,7 +157,7 @@ an id it holds as done was delivered). Files are created with mode 0600, never o
 		},
 	}
 	export.Flags().StringVar(&o.dir, "dir", "", "directory to write the messages to (created if missing)")
-	for _, c := range []*cobra.Command{stats, list, dead, requeue, purge, export} {
+	for _, c := range []*cobra.Command{stats, list, dead, requeue, purge, export, drop} {
 		c.Flags().StringVar(&o.file, "file", "", "the spool file (edge.one_way.spool)")
 		c.Flags().StringVar(&o.config, "config", "", "read the spool file's path from this edge configuration")
 		cmd.AddCommand(c)
@@ -676,6 +688,33 @@ func (o *spoolOptions) purge(w io.Writer, sp *spool.Spool, args []string) error 
 		}
 		if len(seqs) == 0 {
 			fmt.Fprintln(w, "no dead letters")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (o *spoolOptions) drop(w io.Writer, sp *spool.Spool, args []string) error {
+	dropped := []uint64{}
+	var errs []error
+	for _, a := range args {
+		seq, _ := parseSeq(a)
+		err := sp.Delete(seq)
+		if errors.Is(err, spool.ErrNotFound) {
+			err = fmt.Errorf("no pending message with seq %d ('spool list' lists them)", seq)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		dropped = append(dropped, seq)
+	}
+	if o.json {
+		if err := writeJSON(w, map[string][]uint64{"dropped": dropped}); err != nil {
+			return err
+		}
+	} else {
+		for _, seq := range dropped {
+			fmt.Fprintf(w, "pending message %d dropped\n", seq)
 		}
 	}
 	return errors.Join(errs...)

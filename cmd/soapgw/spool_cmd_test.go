@@ -194,6 +194,16 @@ func TestSpoolCommandRequeuesPurgesExports(t *testing.T) {
 	code, _, stderr = runCLI(t, "spool", "export", "--file", path, "--dir", dir)
 	require.Equal(t, exitFailure, code, "an export never overwrites")
 	require.Contains(t, stderr, "exists")
+
+	// Exported, the last pending message can be dropped.
+	code, out, stderr = runCLI(t, "spool", "drop", "--file", path, "4", "5")
+	require.Equal(t, exitFailure, code, "seq 5 is not pending")
+	require.Contains(t, out, "pending message 4 dropped")
+	require.Contains(t, stderr, "no pending message with seq 5")
+	sp = openSpool(t, path)
+	st = sp.Stats()
+	require.NoError(t, sp.Close())
+	require.Zero(t, st.Messages)
 }
 
 func TestSpoolCommandFileErrors(t *testing.T) {
