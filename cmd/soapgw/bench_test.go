@@ -156,3 +156,44 @@ func TestBenchUDPTunnelOnEmulatedLAN(t *testing.T) {
 	}
 	require.Contains(t, stdout, "soapgw-udp/token")
 }
+
+// TestBenchOneWayOnLoopback: stress-oneway beside stress through direct and a soapgw
+// pair. soapgw acknowledges the one-way calls from its spool (202) and the server gets
+// each once, byte for byte; stress stays synchronous through the same configuration
+// (its 464-byte answers are checked byte for byte).
+func TestBenchOneWayOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gateway processes")
+	}
+	exe := benchAsChild(t)
+	out, work := t.TempDir(), t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--profiles", "loopback", "--scenarios", "stress,stress-oneway", "--concurrency", "1,4",
+		"--calls", "30", "--configs", "direct,soapgw/identity", "--binary", exe, "--out", out, "--work-dir", work)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 8)
+	for _, r := range res.Runs {
+		require.Equal(t, bench.StatusOK, r.Status, "%s %s: %s", r.Scenario, r.Config, r.Reason)
+		require.Equal(t, 30, r.OK)
+		d := r.Delivery
+		require.NotNil(t, d, "%s %s", r.Scenario, r.Config)
+		require.Equal(t, 30, d.Messages, "%s %s c=%d", r.Scenario, r.Config, r.Concurrency)
+		require.Zero(t, d.Duplicates)
+		require.Positive(t, d.PerSec)
+	}
+	edge, err := os.ReadFile(filepath.Join(work, "loopback", "01-soapgw-identity", "soapgw", "edge.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(edge), "one_way:")
+	require.Contains(t, string(edge), "path_prefix: /axis/services/CalendarOneWay")
+	for _, c := range res.Configs {
+		if c.Name == "soapgw/identity" {
+			require.Contains(t, strings.Join(c.Notes, "; "), "one-way: addEntry under /axis/services/CalendarOneWay")
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "## One-way messaging")
+	require.Contains(t, string(md), "| loopback | soapgw/identity |")
+	require.Contains(t, stdout, "delivered/s")
+}

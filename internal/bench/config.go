@@ -22,6 +22,17 @@ type Env struct {
 	BinaryEnv []string
 	// Profile is the link's profile (timeouts may scale with it).
 	Profile Profile
+	// OneWay are the operations of the one-way scenarios the configuration will carry.
+	// A configuration that can acknowledge a call itself and deliver it later marks them
+	// (soapgw: edge.one_way); the others forward them as any call.
+	OneWay []OneWayOperation
+}
+
+// OneWayOperation names a one-way scenario's requests: those to a target under
+// PathPrefix whose SOAP Body's first element has the local name Operation.
+type OneWayOperation struct {
+	PathPrefix string
+	Operation  string
 }
 
 // Started is a running configuration.

@@ -14,7 +14,8 @@
 //     nginx-pair (Debian's nginx on both sides with keep-alive and gzip; templates in
 //     nginx/*.conf.tmpl) and soapgw/<codec> (the soapgw binary as edge and origin). A
 //     configuration that cannot run here returns an error wrapping ErrSkipped.
-//   - Scenarios come from internal/trafficgen: deploy and stress (seed 000), weather-simple
+//   - Scenarios come from internal/trafficgen: deploy, stress and stress-oneway (seed 000;
+//     stress-oneway is stress's requests as a one-way operation, see below), weather-simple
 //     and weather-detailed (seed 004), fixml-1/5/10 (seed 001, the fixml messages filtered
 //     by entry count), northwind (seed 002) and charging (seed 003); attachment-200k and
 //     attachment-2m (issue 17, not a seed: binary documents inline as base64 of
@@ -25,10 +26,20 @@
 //     byte with the generated response. The ReplayServer, in the server site, finds the
 //     exchange by the X-Bench-Call header, checks the request byte for byte and answers
 //     the generated response. Any difference makes the run FAILED.
+//   - One-way (stress-oneway, seed 000's "Pera"): the server answers 202 Accepted with an
+//     empty body. direct and nginx-pair forward the call, so the client waits the round
+//     trip; the soapgw configurations mark the operation in edge.one_way (a spool and a
+//     ledger in the configuration's directory), so the edge answers 202 from its spool
+//     and delivers in the background. The replay server records when each call of the
+//     run arrived whole and counts any that arrives twice (a duplicate fails the run);
+//     the run waits, bounded, until every call the client saw acknowledged has arrived,
+//     before it samples the link and the CPU.
 //
-// Per run it records latency percentiles (nearest rank), total time, calls/s, the IP
-// bytes and packets per exchange split pure TCP / TCP data / UDP (counters reset after a
-// warm-up, so tunnel and keep-alive set-up are excluded), and each middle box's CPU time
-// and peak RSS (/proc, process tree, VmHWM reset per run). WriteResults writes
-// results.json, report.md and hand-drawn SVG charts.
+// Per run it records latency percentiles (nearest rank; the client's view: a one-way call
+// ends at the 202), total time, calls/s, the delivery (when the server had the last
+// measured call, messages/s delivered, and what the link's rate allows at the measured
+// bytes per exchange), the IP bytes and packets per exchange split pure TCP / TCP data /
+// UDP (counters reset after a warm-up, so tunnel and keep-alive set-up are excluded),
+// and each middle box's CPU time and peak RSS (/proc, process tree, VmHWM reset per run).
+// WriteResults writes results.json, report.md and hand-drawn SVG charts.
 package bench

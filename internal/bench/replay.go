@@ -24,13 +24,17 @@ const maxBody = 64 << 20
 // ReplayServer answers each request with the generated response of the exchange named
 // by its CallHeader, after checking that the request body is the generated request,
 // byte for byte. A request that is unknown or differs gets a 500 whose body starts with
-// "replay:", which the client reports as a mismatch.
+// "replay:", which the client reports as a mismatch (and Counts as bad: a one-way
+// message refused here never reaches the client that sent it). A one-way scenario's
+// calls are answered 202 Accepted with an empty body. While a run is tracked (Track),
+// the server records when each of its calls arrived whole, and how many arrived again.
 type ReplayServer struct {
 	ln  net.Listener
 	srv *http.Server
 
 	mu        sync.RWMutex
 	scenarios map[string]*Scenario
+	tracked   map[string]*Arrivals // by scenario
 
 	requests atomic.Int64
 	bad      atomic.Int64
@@ -43,7 +47,7 @@ func StartReplayServer(site Site, port int) (*ReplayServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replay server: %w", err)
 	}
-	r := &ReplayServer{ln: ln, scenarios: map[string]*Scenario{}, done: make(chan struct{})}
+	r := &ReplayServer{ln: ln, scenarios: map[string]*Scenario{}, tracked: map[string]*Arrivals{}, done: make(chan struct{})}
 	r.srv = &http.Server{
 		Handler:           r,
 		ReadHeaderTimeout: 30 * time.Second,
@@ -91,19 +95,27 @@ func (r *ReplayServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		fail("method %s, want POST", req.Method)
 		return
 	}
-	c, err := r.lookup(req.Header.Get(CallHeader))
+	s, i, err := r.lookup(req.Header.Get(CallHeader))
 	if err != nil {
 		fail("%v", err)
 		return
 	}
+	c := s.Calls[i]
 	body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
 	if err != nil {
 		fail("reading request body: %v", err)
 		return
 	}
 	if !bytes.Equal(body, c.Request) {
+		r.refused(s.Name)
 		fail("request body differs from the generated request (%d bytes, want %d; first difference at byte %d)",
 			len(body), len(c.Request), firstDiff(body, c.Request))
+		return
+	}
+	r.arrived(s.Name, i, time.Now())
+	if s.spec.OneWay {
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusAccepted)
 		return
 	}
 	w.Header().Set("Content-Type", contentType(c.Response))
@@ -111,22 +123,144 @@ func (r *ReplayServer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(c.Response)
 }
 
-func (r *ReplayServer) lookup(key string) (Call, error) {
+func (r *ReplayServer) lookup(key string) (*Scenario, int, error) {
 	name, idx, ok := strings.Cut(key, "/")
 	if !ok {
-		return Call{}, fmt.Errorf("header %s %q: want <scenario>/<index>", CallHeader, key)
+		return nil, 0, fmt.Errorf("header %s %q: want <scenario>/<index>", CallHeader, key)
 	}
 	i, err := strconv.Atoi(idx)
 	if err != nil {
-		return Call{}, fmt.Errorf("header %s %q: bad index", CallHeader, key)
+		return nil, 0, fmt.Errorf("header %s %q: bad index", CallHeader, key)
 	}
 	r.mu.RLock()
 	s := r.scenarios[name]
 	r.mu.RUnlock()
 	if s == nil || i < 0 || i >= len(s.Calls) {
-		return Call{}, fmt.Errorf("header %s %q: no such exchange", CallHeader, key)
+		return nil, 0, fmt.Errorf("header %s %q: no such exchange", CallHeader, key)
 	}
-	return s.Calls[i], nil
+	return s, i, nil
+}
+
+// Track starts recording the arrivals of calls first..first+n-1 of the scenario, for
+// one run, replacing the scenario's earlier record: its calls arriving from then on
+// count for this one (runs of a scenario follow each other).
+func (r *ReplayServer) Track(scenario string, first, n int) *Arrivals {
+	a := &Arrivals{first: first, at: make([]time.Time, n), changed: make(chan struct{})}
+	r.mu.Lock()
+	r.tracked[scenario] = a
+	r.mu.Unlock()
+	return a
+}
+
+// Untrack stops recording a's arrivals.
+func (r *ReplayServer) Untrack(scenario string, a *Arrivals) {
+	r.mu.Lock()
+	if r.tracked[scenario] == a {
+		delete(r.tracked, scenario)
+	}
+	r.mu.Unlock()
+}
+
+// refused notes a call of the scenario that the server refused: waiting for the run's
+// calls to arrive ends (a one-way call refused here never arrives, and its client was
+// answered already).
+func (r *ReplayServer) refused(scenario string) {
+	r.mu.RLock()
+	a := r.tracked[scenario]
+	r.mu.RUnlock()
+	if a != nil {
+		a.mu.Lock()
+		a.refused++
+		close(a.changed)
+		a.changed = make(chan struct{})
+		a.mu.Unlock()
+	}
+}
+
+func (r *ReplayServer) arrived(scenario string, i int, t time.Time) {
+	r.mu.RLock()
+	a := r.tracked[scenario]
+	r.mu.RUnlock()
+	if a != nil {
+		a.record(i, t)
+	}
+}
+
+// Arrivals records when the replay server got each call of a run whole (checked byte
+// for byte), and which calls it got more than once: a duplicate, which a one-way
+// delivery must never make (nor any other call: the client never sends one twice).
+type Arrivals struct {
+	first int
+
+	mu         sync.Mutex
+	at         []time.Time // first arrival of call first+k; zero: not yet
+	duplicates int
+	firstDup   int           // the first call that arrived twice (valid when duplicates > 0)
+	refused    int           // calls of the scenario the server refused
+	changed    chan struct{} // closed and replaced on every arrival
+}
+
+func (a *Arrivals) record(i int, t time.Time) {
+	k := i - a.first
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if k < 0 || k >= len(a.at) {
+		return
+	}
+	if !a.at[k].IsZero() {
+		if a.duplicates == 0 {
+			a.firstDup = i
+		}
+		a.duplicates++
+		return
+	}
+	a.at[k] = t
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// Wait waits until every call in calls has arrived, ctx ends, limit passes, or the
+// server refuses a call of the scenario, and returns how many of them have not arrived.
+func (a *Arrivals) Wait(ctx context.Context, calls []int, limit time.Duration) int {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		a.mu.Lock()
+		missing := 0
+		for _, i := range calls {
+			if k := i - a.first; k < 0 || k >= len(a.at) || a.at[k].IsZero() {
+				missing++
+			}
+		}
+		changed, refused := a.changed, a.refused
+		a.mu.Unlock()
+		if missing == 0 || refused > 0 {
+			return missing
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return missing
+		case <-ctx.Done():
+			return missing
+		}
+	}
+}
+
+// Received summarizes the calls from..to-1: how many arrived, when the last of them
+// did, and the duplicates of the whole record (with the first call that came twice).
+func (a *Arrivals) Received(from, to int) (n int, last time.Time, duplicates, firstDup int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := max(from, a.first); i < min(to, a.first+len(a.at)); i++ {
+		if t := a.at[i-a.first]; !t.IsZero() {
+			n++
+			if t.After(last) {
+				last = t
+			}
+		}
+	}
+	return n, last, a.duplicates, a.firstDup
 }
 
 // firstDiff is the index of the first differing byte (len of the shorter if one is a
@@ -176,13 +310,14 @@ func CallOnce(ctx context.Context, t Target, s *Scenario, i int) error {
 	if err != nil {
 		return fmt.Errorf("reading response body: %w", ctxErr(ctx, err))
 	}
-	return verify(resp.StatusCode, resp.Header.Get("Content-Encoding"), body, s.Calls[i].Response)
+	return verify(resp.StatusCode, s.spec.wantStatus(), resp.Header.Get("Content-Encoding"), body, s.Calls[i].Response)
 }
 
-// verify checks a response against the generated one.
-func verify(status int, encoding string, body, want []byte) error {
+// verify checks a response against the generated one: wantStatus (200, or 202 for a
+// one-way call) and the body byte for byte (a one-way call's is empty).
+func verify(status, wantStatus int, encoding string, body, want []byte) error {
 	switch {
-	case status != http.StatusOK:
+	case status != wantStatus:
 		return fmt.Errorf("%w: status %d (%d-byte body: %.160q)", ErrMismatch, status, len(body), body)
 	case encoding != "":
 		return fmt.Errorf("%w: Content-Encoding %q sent to a client that did not ask for it", ErrMismatch, encoding)

@@ -130,6 +130,14 @@ func ms(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// secs formats seconds with three significant digits below 10 s.
+func secs(v float64) string {
+	if v < 1 && v > 0 {
+		return fmt.Sprintf("%.3f", v)
+	}
+	return ms(v)
+}
+
 func bytesCell(v float64) string { return fmt.Sprintf("%.0f", v) }
 
 // WriteMarkdown writes report.md.
@@ -184,6 +192,7 @@ func WriteMarkdown(w io.Writer, r *Results, charts []Chart) error {
 
 	configs := configOrder(r)
 	writeSummary(b, r, configs)
+	writeOneWay(b, r, configs)
 	for _, p := range r.Profiles {
 		scens := scenariosOf(r, p.Name)
 		if len(scens) == 0 {
@@ -212,6 +221,9 @@ func WriteMarkdown(w io.Writer, r *Results, charts []Chart) error {
 			b.WriteString("\n")
 			for _, s := range scens {
 				writeRunTable(b, r, p.Name, s, mode, configs)
+				if spec, ok := r.scenario(s); ok && spec.OneWay {
+					writeDeliveryTable(b, r, p.Name, s, mode, configs)
+				}
 			}
 		}
 	}
@@ -329,6 +341,142 @@ func writeSummary(b *strings.Builder, r *Results, configs []string) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// scenario finds a scenario's spec among those of the run.
+func (r *Results) scenario(name string) (ScenarioSpec, bool) {
+	for _, s := range r.Scenarios {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return ScenarioSpec{}, false
+}
+
+// Goals of one-way messaging (issue 18 item 5), reported beside the figures, never
+// asserted.
+const (
+	oneWayLatencyGoalMS = 2.0  // client latency, every profile
+	oneWayLinkGoal      = 0.90 // messages/s delivered against what the link's bandwidth allows
+)
+
+// writeDeliveryTable is a one-way scenario's second table: when the server had the
+// calls, and what that is against the link's bandwidth.
+func writeDeliveryTable(b *strings.Builder, r *Results, profile, scenario string, mode int, configs []string) {
+	b.WriteString("Delivery: the measured calls as the server received them (each byte for byte; the run waits for every call the client saw acknowledged before it reads the link and CPU counters). delivery s: from the first call's start to the last arrival; msgs/s = messages delivered / delivery s; link allows: the link's rate over the IP bytes per message, in the tighter direction.\n\n")
+	b.WriteString("| configuration | status | calls acknowledged | delivered | duplicates | client p50 ms | client p99 ms | delivery s | last arrival after last call s | msgs/s delivered | up B/msg | down B/msg | total B/msg | link allows msgs/s | delivered / allowed |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, c := range configs {
+		x, ok := r.find(profile, scenario, mode, c)
+		if !ok {
+			continue
+		}
+		d := x.Delivery
+		if d == nil {
+			fmt.Fprintf(b, "| %s | %s |%s\n", x.Config, mdCell(x.Status), strings.Repeat(" |", 13))
+			continue
+		}
+		up, down, total := "n/a", "n/a", "n/a"
+		if e := x.PerExchange; e != nil {
+			up, down, total = bytesCell(e.UpBytes), bytesCell(e.DownBytes), bytesCell(e.TotalBytes)
+		}
+		allows, ratio := "n/a", "n/a"
+		if d.LinkAllowsPerSec > 0 {
+			allows, ratio = fmt.Sprintf("%.1f", d.LinkAllowsPerSec), fmt.Sprintf("%.0f%%", 100*d.LinkRatio)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n",
+			x.Config, x.Status, x.OK, d.Messages, d.Duplicates, ms(x.Latency.P50), ms(x.Latency.P99), secs(d.MS/1000), secs(d.AfterClientMS/1000),
+			d.PerSec, up, down, total, allows, ratio)
+	}
+	b.WriteString("\n")
+}
+
+// writeOneWay compares each one-way scenario with its synchronous twin, profile by
+// profile, against the goals.
+func writeOneWay(b *strings.Builder, r *Results, configs []string) {
+	header := false
+	for _, spec := range r.Scenarios {
+		if !spec.OneWay {
+			continue
+		}
+		for _, mode := range modesOfScenario(r, spec.Name) {
+			if !header {
+				b.WriteString("## One-way messaging\n\n")
+				fmt.Fprintf(b, "Goals (issue 18 item 5), reported, not asserted: client latency ≤ %g ms on every profile; messages delivered per second ≥ %.0f %% of what the link's bandwidth allows for the IP bytes each message takes on it. A configuration that only forwards (direct, nginx-pair) makes a one-way call synchronous: the client waits the round trip for the server's 202.\n\n",
+					oneWayLatencyGoalMS, 100*oneWayLinkGoal)
+				header = true
+			}
+			sync := spec.Synchronous
+			fmt.Fprintf(b, "### %s, %s\n\n", spec.Name, modeName(mode))
+			fmt.Fprintf(b, "| profile | configuration | client p50 / p99 ms | ≤ %g ms | msgs/s delivered | IP B/msg | link allows msgs/s | delivered / allowed |", oneWayLatencyGoalMS)
+			if sync != "" {
+				fmt.Fprintf(b, " %s: p50 / p99 ms | %s: calls/s |", sync, sync)
+			}
+			b.WriteString("\n|---|---|---:|---|---:|---:|---:|---:|")
+			if sync != "" {
+				b.WriteString("---:|---:|")
+			}
+			b.WriteString("\n")
+			for _, p := range r.Profiles {
+				for _, c := range configs {
+					x, ok := r.find(p.Name, spec.Name, mode, c)
+					if !ok {
+						continue
+					}
+					fmt.Fprintf(b, "| %s | %s | %s |", p.Name, c, oneWayCells(x))
+					if sync != "" {
+						y, ok := r.find(p.Name, sync, mode, c)
+						switch {
+						case !ok:
+							b.WriteString(" | |")
+						case y.Status != StatusOK:
+							fmt.Fprintf(b, " %s | |", y.Status)
+						default:
+							fmt.Fprintf(b, " %s / %s | %.1f |", ms(y.Latency.P50), ms(y.Latency.P99), y.CallsPerSec)
+						}
+					}
+					b.WriteString("\n")
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+}
+
+// oneWayCells are a run's cells of the one-way summary, from "client p50 / p99" to
+// "delivered / allowed" (six cells, without the outer pipes).
+func oneWayCells(x RunResult) string {
+	if x.Status != StatusOK || x.Delivery == nil {
+		return x.Status + " | | | | |"
+	}
+	goal := "no"
+	switch {
+	case x.Latency.P99 <= oneWayLatencyGoalMS:
+		goal = "yes"
+	case x.Latency.P50 <= oneWayLatencyGoalMS:
+		goal = "p50 only"
+	}
+	d := x.Delivery
+	perMsg, allows, ratio := "n/a", "n/a", "n/a"
+	if x.PerExchange != nil {
+		perMsg = bytesCell(x.PerExchange.TotalBytes)
+	}
+	if d.LinkAllowsPerSec > 0 {
+		allows, ratio = fmt.Sprintf("%.1f", d.LinkAllowsPerSec), fmt.Sprintf("%.0f%%", 100*d.LinkRatio)
+	}
+	return fmt.Sprintf("%s / %s | %s | %.1f | %s | %s | %s", ms(x.Latency.P50), ms(x.Latency.P99), goal, d.PerSec, perMsg, allows, ratio)
+}
+
+// modesOfScenario lists the concurrencies the scenario ran with, on any profile.
+func modesOfScenario(r *Results, scenario string) []int {
+	var out []int
+	for _, x := range r.Runs {
+		if x.Scenario == scenario && !slices.Contains(out, x.Concurrency) {
+			out = append(out, x.Concurrency)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // overviewCell is "p50 (bytes)" for an overview table, or the run's status.

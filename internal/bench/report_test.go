@@ -155,3 +155,80 @@ func TestNiceCeil(t *testing.T) {
 		require.InDelta(t, want, niceCeil(in), want*1e-9, "niceCeil(%v)", in)
 	}
 }
+
+// TestWriteOneWayReport: a one-way scenario gets a delivery table per profile, a
+// one-way summary beside its synchronous twin with the goals, and a delivery chart.
+func TestWriteOneWayReport(t *testing.T) {
+	gprs := Profile{Name: "gprs", Up: Shape{Delay: 410 * time.Millisecond, RateBps: 40_000}, Down: Shape{Delay: 410 * time.Millisecond, RateBps: 40_000}}
+	r := &Results{CommandLine: "soapgw bench --scenarios stress,stress-oneway", Profiles: []Profile{gprs}}
+	for _, s := range []string{"stress", "stress-oneway"} {
+		spec, _ := ScenarioByName(s)
+		r.Scenarios = append(r.Scenarios, spec)
+	}
+	mk := func(scen, cfg string, p50, p99, perSec, up, down float64) RunResult {
+		e := &PerExchange{UpBytes: up, DownBytes: down, TotalBytes: up + down, Packets: 3}
+		allow := linkAllows(gprs, e)
+		return RunResult{Profile: "gprs", Scenario: scen, Concurrency: 1, Config: cfg, Status: StatusOK, Planned: 100, Started: 100, OK: 100,
+			Latency: Latency{N: 100, P50: p50, P90: p50, P99: p99, Max: p99}, TotalMS: 100 * p50, CallsPerSec: 1000 / p50,
+			RequestBytes: 652, PerExchange: e, Link: &LinkStats{},
+			Delivery: &Delivery{Messages: 100, MS: 100_000 / perSec, PerSec: perSec, AfterClientMS: 1500, LinkAllowsPerSec: allow, LinkRatio: perSec / allow}}
+	}
+	r.Runs = []RunResult{
+		mk("stress", "nginx-pair", 1129, 3931, 0.9, 1000, 730),
+		mk("stress", "soapgw/auto", 861, 2668, 1.2, 100, 69),
+		mk("stress-oneway", "nginx-pair", 1100, 3900, 0.9, 1000, 300),
+		mk("stress-oneway", "soapgw/auto", 1.5, 2.6, 50, 90, 20), // link allows 5000/90 = 55.6 msg/s: 90 %
+		{Profile: "gprs", Scenario: "stress-oneway", Concurrency: 1, Config: "soapgw/token", Status: StatusFailed, Started: 3, OK: 3,
+			Reason: "1 of 3 acknowledged calls did not reach the server", Delivery: &Delivery{Messages: 2}},
+	}
+	dir := t.TempDir()
+	files, err := WriteResults(dir, r)
+	require.NoError(t, err)
+	require.Contains(t, files, "delivery-gprs-c1.svg")
+
+	back, err := ReadResults(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	require.Equal(t, r.Runs, back.Runs)
+	require.True(t, back.Scenarios[1].OneWay)
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	require.NoError(t, err)
+	for _, key := range []string{`"delivery"`, `"messages_per_s"`, `"link_allows_per_s"`, `"link_ratio"`, `"after_client_ms"`, `"one_way": true`} {
+		require.Contains(t, string(raw), key)
+	}
+
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	s := string(md)
+	for _, want := range []string{
+		"## One-way messaging",
+		"client latency ≤ 2 ms on every profile",
+		"### stress-oneway, 1 client",
+		"| profile | configuration | client p50 / p99 ms | ≤ 2 ms | msgs/s delivered | IP B/msg | link allows msgs/s | delivered / allowed | stress: p50 / p99 ms | stress: calls/s |",
+		"| gprs | soapgw/auto | 1.50 / 2.60 | p50 only | 50.0 | 110 | 55.6 | 90% | 861 / 2668 | 1.2 |",
+		"| gprs | nginx-pair | 1100 / 3900 | no | 0.9 | 1300 | 5.0 | 18% | 1129 / 3931 | 0.9 |",
+		"| gprs | soapgw/token | FAILED | | | | | | | |",
+		"Delivery: the measured calls as the server received them",
+		"| soapgw/auto | ok | 100 | 100 | 0 | 1.50 | 2.60 | 2.00 | 1.50 | 50.0 | 90 | 20 | 110 | 55.6 | 90% |",
+		"![gprs: messages per second delivered to the server",
+	} {
+		require.Contains(t, s, want)
+	}
+	require.Equal(t, 1, strings.Count(s, "Delivery: the measured calls"), "only the one-way scenario's table")
+	var cols int
+	for _, line := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			cols = 0
+			continue
+		}
+		n := strings.Count(line, "|")
+		if cols == 0 {
+			cols = n
+		}
+		require.Equal(t, cols, n, "row %q", line)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "delivery-gprs-c1.svg"))
+	require.NoError(t, err)
+	wellFormed(t, svg)
+	require.Contains(t, string(svg), "50.0 msg/s, 90% of link")
+	require.Contains(t, string(svg), "stress, delivered to the server", "the synchronous twin beside it")
+}

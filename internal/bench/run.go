@@ -28,7 +28,8 @@ type Options struct {
 	// is empty: runs are left out by priority beyond it (0: no bound).
 	ProfileBudget time.Duration
 	// RunTimeout bounds one run (warm-up and measured calls); a run cut short is
-	// reported as truncated.
+	// reported as truncated. The wait for a one-way run's deliveries after its last
+	// call is bounded separately (deliveryLimit).
 	RunTimeout time.Duration
 	// Binary is the soapgw executable; BinaryEnv extra environment for it.
 	Binary    string
@@ -128,6 +129,54 @@ type RunResult struct {
 	PerExchange *PerExchange `json:"per_exchange,omitempty"`
 
 	Procs []ProcResult `json:"procs,omitempty"`
+
+	// Delivery is when the server had the measured calls (every run; what it adds to the
+	// client's figures is for one-way scenarios, whose calls a gateway may acknowledge
+	// before it delivers them).
+	Delivery *Delivery `json:"delivery,omitempty"`
+}
+
+// Delivery is what the replay server received of a run's measured calls. The run waits
+// (bounded) until every call the client saw acknowledged has arrived, before it samples
+// the link and the CPU, so link bytes per exchange include the background deliveries.
+type Delivery struct {
+	// Messages is the distinct measured calls the server got whole and byte for byte;
+	// Duplicates counts calls (warm-up included) it got again: any makes the run FAILED.
+	Messages   int `json:"messages"`
+	Duplicates int `json:"duplicates"`
+	// MS is from the start of the measured calls to the arrival of the last of them at
+	// the server; PerSec is Messages / MS. AfterClientMS is how much later than the
+	// client's last call ended the last message arrived (0 when it arrived first, as for
+	// synchronous calls).
+	MS            float64 `json:"delivery_ms"`
+	PerSec        float64 `json:"messages_per_s"`
+	AfterClientMS float64 `json:"after_client_ms"`
+	// LinkAllowsPerSec is the messages per second the link's bandwidth allows at the
+	// measured IP bytes per exchange, the tighter of the two directions (0: no rate
+	// limit, or no packet counts); LinkRatio is PerSec / LinkAllowsPerSec.
+	LinkAllowsPerSec float64 `json:"link_allows_per_s,omitempty"`
+	LinkRatio        float64 `json:"link_ratio,omitempty"`
+}
+
+// linkAllows is the messages per second a link's rate limits allow at e's bytes per
+// exchange in each direction: the tighter direction's (0: neither direction is limited).
+func linkAllows(p Profile, e *PerExchange) float64 {
+	if e == nil {
+		return 0
+	}
+	allow := 0.0
+	for _, d := range []struct {
+		bps   int64
+		bytes float64
+	}{{p.Up.RateBps, e.UpBytes}, {p.Down.RateBps, e.DownBytes}} {
+		if d.bps <= 0 || d.bytes <= 0 {
+			continue
+		}
+		if a := float64(d.bps) / 8 / d.bytes; allow == 0 || a < allow {
+			allow = a
+		}
+	}
+	return allow
 }
 
 // PerExchange is link traffic divided by the calls started, both directions.
@@ -432,7 +481,7 @@ type plannedScenario struct {
 
 // slowPriority orders the scenarios for a profile whose default plan does not fit its
 // budget: the paper's main scenario first, the big DataSet and the attachments last.
-var slowPriority = []string{"stress", "deploy", "weather-simple", "charging", "fixml-1", "weather-detailed", "fixml-5", "fixml-10", "northwind",
+var slowPriority = []string{"stress", "deploy", "weather-simple", "charging", "stress-oneway", "fixml-1", "weather-detailed", "fixml-5", "fixml-10", "northwind",
 	"attachment-200k", "attachment-2m"}
 
 func priority(name string) int {
@@ -611,6 +660,7 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 	defer srv.Close()
 
 	// Generate each scenario once per profile, for its largest run.
+	var oneWay []OneWayOperation
 	loaded := map[string]*Scenario{}
 	for _, ps := range scens {
 		need := 0
@@ -624,6 +674,9 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 		}
 		loaded[ps.spec.Name] = s
 		srv.Add(s)
+		if ps.spec.OneWay {
+			oneWay = append(oneWay, OneWayOperation{PathPrefix: ps.spec.Path, Operation: ps.spec.OneWayOperation})
+		}
 	}
 
 	for ci, cfg := range configs {
@@ -636,7 +689,7 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 			info.Status, info.Reason = StatusFailed, err.Error()
 		}
 		env := &Env{Client: link.Client(), Server: link.Server(), Upstream: srv.Addr(), Dir: dir,
-			Binary: o.Binary, BinaryEnv: o.BinaryEnv, Profile: p}
+			Binary: o.Binary, BinaryEnv: o.BinaryEnv, Profile: p, OneWay: oneWay}
 		prog.set(p.Name, "", 0, cfg.Name()+": starting", 0)
 		var st *Started
 		if info.Status == StatusOK {
@@ -664,7 +717,7 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 						r.Status, r.Reason = StatusSkipped, "interrupted"
 					}
 				} else {
-					r = measure(ctx, o, link, st, loaded[ps.spec.Name], r, prog)
+					r = measure(ctx, o, link, srv, st, loaded[ps.spec.Name], r, prog)
 				}
 				res.Runs = append(res.Runs, r)
 				prog.runDone(r.Status)
@@ -688,14 +741,30 @@ func runLine(r RunResult) string {
 		if r.PerExchange != nil {
 			s += fmt.Sprintf(", %.0f B/exchange", r.PerExchange.TotalBytes)
 		}
+		if d := r.Delivery; d != nil && d.AfterClientMS > 0 {
+			s += fmt.Sprintf(", delivered %d in %.2f s (%.1f msg/s)", d.Messages, d.MS/1000, d.PerSec)
+		}
 	} else if r.Reason != "" {
 		s += ": " + r.Reason
 	}
 	return s
 }
 
+// deliveryLimit bounds the wait for n calls of s to reach the server after the client's
+// calls ended: --run-timeout, or 10 s plus twice what the link needs to carry the
+// requests as sent (no codec) if longer (1,000 Stress messages on gprs: 7 min).
+func deliveryLimit(o Options, p Profile, s ScenarioSpec, n int) time.Duration {
+	d := o.RunTimeout
+	if bps := p.Up.RateBps; bps > 0 {
+		const head = 400 // HTTP head and TCP/IP overhead, roughly (as estimateCall)
+		carry := time.Duration(float64(n*(s.ApproxRequest+head)) * 8 / float64(bps) * float64(time.Second))
+		d = max(d, 10*time.Second+2*carry)
+	}
+	return d
+}
+
 // measure runs one (scenario, concurrency) through a started configuration.
-func measure(ctx context.Context, o Options, link Link, st *Started, s *Scenario, r RunResult, prog *progress) RunResult {
+func measure(ctx context.Context, o Options, link Link, srv *ReplayServer, st *Started, s *Scenario, r RunResult, prog *progress) RunResult {
 	p := link.Profile()
 	c := r.Concurrency
 	warm := warmupCalls(o, c)
@@ -716,9 +785,25 @@ func measure(ctx context.Context, o Options, link Link, st *Started, s *Scenario
 			return r
 		}
 	}
+	// The server records when each call arrives: a gateway may acknowledge a one-way
+	// call before the server has it, and must never deliver one twice.
+	arrivals := srv.Track(s.Name, 0, warm+n)
+	defer srv.Untrack(s.Name, arrivals)
+	_, badBefore := srv.Counts()
+
 	deadline := time.Now().Add(o.RunTimeout)
 	prog.set(p.Name, s.Name, 0, label+" warm-up", warm)
 	w := runCalls(ctx, 0, warm, c, callTimeout, time.Until(deadline), call, func(d int) { prog.calls(d) })
+	if w.errors+w.mismatches == 0 && w.started == warm {
+		if lim := deliveryLimit(o, p, s.spec, warm); arrivals.Wait(ctx, w.okCalls, lim) > 0 {
+			r.Status = StatusFailed
+			r.Reason = fmt.Sprintf("warm-up: acknowledged calls did not reach the server within %s", lim)
+			if _, bad := srv.Counts(); bad > badBefore {
+				r.Reason = fmt.Sprintf("warm-up: the server refused %d requests (unknown, or not the generated bytes)", bad-badBefore)
+			}
+			return r
+		}
+	}
 	if w.errors+w.mismatches > 0 || w.started < warm {
 		r.Status = StatusFailed
 		r.Errors, r.Mismatches = w.errors, w.mismatches
@@ -741,6 +826,11 @@ func measure(ctx context.Context, o Options, link Link, st *Started, s *Scenario
 	}
 	prog.set(p.Name, s.Name, 0, label, n)
 	out := runCalls(ctx, warm, n, c, callTimeout, max(time.Until(deadline), time.Second), call, func(d int) { prog.calls(d) })
+	lim := deliveryLimit(o, p, s.spec, len(out.okCalls))
+	if s.spec.OneWay {
+		prog.set(p.Name, s.Name, 0, label+" delivery", 0)
+	}
+	undelivered := arrivals.Wait(ctx, out.okCalls, lim)
 	sleepCtx(ctx, settleTime(p))
 	ls, haveStats := link.Stats()
 	for i, pr := range st.Procs {
@@ -771,17 +861,33 @@ func measure(ctx context.Context, o Options, link Link, st *Started, s *Scenario
 		r.Link = &ls
 		r.PerExchange = perExchange(ls, r.Started)
 	}
-	r.Status = StatusOK
-	switch {
-	case r.Mismatches > 0 || r.Errors > 0:
-		r.Status = StatusFailed
-		r.Reason = fmt.Sprintf("%d errors, %d mismatches of %d calls", r.Errors, r.Mismatches, r.Started)
+	r.Delivery = delivery(arrivals, warm, n, out, p, r.PerExchange)
+	_, badAfter := srv.Counts()
+	var fails []string
+	if r.Mismatches > 0 || r.Errors > 0 {
+		f := fmt.Sprintf("%d errors, %d mismatches of %d calls", r.Errors, r.Mismatches, r.Started)
 		if out.firstErr != nil {
-			r.Reason += "; first: " + out.firstErr.Error()
+			f += "; first: " + out.firstErr.Error()
 		}
 		if out.aborted {
-			r.Reason += fmt.Sprintf(" (stopped after %d consecutive failures)", maxConsecutiveFailures)
+			f += fmt.Sprintf(" (stopped after %d consecutive failures)", maxConsecutiveFailures)
 		}
+		fails = append(fails, f)
+	}
+	if d := r.Delivery; d.Duplicates > 0 {
+		_, _, _, first := arrivals.Received(0, 0)
+		fails = append(fails, fmt.Sprintf("%d calls reached the server more than once (duplicates; the first: %s/%d)", d.Duplicates, s.Name, first))
+	}
+	if badAfter > badBefore {
+		fails = append(fails, fmt.Sprintf("the server refused %d requests (unknown, or not the generated bytes)", badAfter-badBefore))
+	}
+	if undelivered > 0 && ctx.Err() == nil {
+		fails = append(fails, fmt.Sprintf("%d of %d acknowledged calls did not reach the server within %s of the last call", undelivered, len(out.okCalls), lim))
+	}
+	r.Status = StatusOK
+	switch {
+	case len(fails) > 0:
+		r.Status, r.Reason = StatusFailed, strings.Join(fails, "; ")
 	case ctx.Err() != nil:
 		r.Status, r.Reason = StatusSkipped, "interrupted"
 	case r.Truncated:
@@ -794,6 +900,24 @@ func measure(ctx context.Context, o Options, link Link, st *Started, s *Scenario
 		}
 	}
 	return r
+}
+
+// delivery summarizes the arrivals of the measured calls warm..warm+n-1, timed from the
+// start of out, the batch that made them.
+func delivery(a *Arrivals, warm, n int, out callOutcome, p Profile, e *PerExchange) *Delivery {
+	got, last, dups, _ := a.Received(warm, warm+n)
+	d := &Delivery{Messages: got, Duplicates: dups}
+	if got > 0 && last.After(out.start) {
+		took := last.Sub(out.start)
+		d.MS = float64(took) / float64(time.Millisecond)
+		d.PerSec = float64(got) / took.Seconds()
+		d.AfterClientMS = max(float64(took-out.elapsed)/float64(time.Millisecond), 0)
+	}
+	if allow := linkAllows(p, e); allow > 0 && d.PerSec > 0 {
+		d.LinkAllowsPerSec = allow
+		d.LinkRatio = d.PerSec / allow
+	}
+	return d
 }
 
 func perExchange(ls LinkStats, n int) *PerExchange {

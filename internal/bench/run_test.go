@@ -1,8 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,4 +216,167 @@ func TestProfileFile(t *testing.T) {
 	var oe *OptionsError
 	require.ErrorAs(t, o.Validate(), &oe)
 	require.ErrorContains(t, o.Validate(), "profiles.yaml:2")
+}
+
+// duplicateConfig sends every request to the server twice and answers the client with
+// the first answer: what a gateway that redelivers a one-way message would do.
+type duplicateConfig struct{ t *testing.T }
+
+func (duplicateConfig) Name() string     { return "duplicate" }
+func (duplicateConfig) Describe() string { return "delivers every request twice" }
+func (c duplicateConfig) Start(_ context.Context, env *Env) (*Started, error) {
+	addr := relay(c.t, func(req *http.Request, body []byte) []byte {
+		var first []byte
+		for range 2 {
+			b := forward(c.t, env.Upstream.String(), req, body)
+			if first == nil {
+				first = b
+			}
+		}
+		return first
+	})
+	return &Started{Target: Target{Site: env.Client, Addr: addr, Host: addr}}, nil
+}
+
+// swallowConfig acknowledges every call 202 itself and never delivers it: a spool that
+// loses its messages.
+type swallowConfig struct{ t *testing.T }
+
+func (swallowConfig) Name() string     { return "swallow" }
+func (swallowConfig) Describe() string { return "answers 202 and delivers nothing" }
+func (c swallowConfig) Start(_ context.Context, env *Env) (*Started, error) {
+	addr := relay(c.t, func(*http.Request, []byte) []byte {
+		return []byte("HTTP/1.0 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+	})
+	return &Started{Target: Target{Site: env.Client, Addr: addr, Host: addr}}, nil
+}
+
+// relay serves one request per connection and writes back what answer returns.
+func relay(t *testing.T, answer func(req *http.Request, body []byte) []byte) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				body, _ := io.ReadAll(req.Body)
+				_, _ = c.Write(answer(req, body))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// forward makes the request at upstream and returns the raw answer.
+func forward(t *testing.T, upstream string, req *http.Request, body []byte) []byte {
+	u, err := net.Dial("tcp", upstream)
+	if err != nil {
+		return nil
+	}
+	defer u.Close()
+	out := &http.Request{Method: req.Method, URL: req.URL, Proto: "HTTP/1.0", ProtoMajor: 1, Header: req.Header, Host: req.Host,
+		ContentLength: int64(len(body)), Body: io.NopCloser(bytes.NewReader(body)), Close: true}
+	if err := out.Write(u); err != nil {
+		return nil
+	}
+	b, _ := io.ReadAll(u)
+	return b
+}
+
+// TestRunOneWayOnLoopback: stress-oneway beside stress. direct forwards the one-way
+// calls (202 from the server) and every call is delivered once; a configuration that
+// delivers twice fails as a duplicate, and one that acknowledges without delivering
+// fails as undelivered (after the bounded wait).
+func TestRunOneWayOnLoopback(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	res, err := Run(ctx, Options{
+		Profiles:     []string{LoopbackProfile},
+		Scenarios:    []string{"stress", "stress-oneway"},
+		Configs:      []string{"direct", "duplicate", "swallow"},
+		Concurrency:  []int{1},
+		Calls:        8,
+		RunTimeout:   2 * time.Second,
+		extraConfigs: map[string]Config{"duplicate": duplicateConfig{t}, "swallow": swallowConfig{t}},
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 6)
+	runs := map[string]RunResult{}
+	for _, r := range res.Runs {
+		runs[r.Scenario+" "+r.Config] = r
+	}
+	for _, scen := range []string{"stress", "stress-oneway"} {
+		r := runs[scen+" direct"]
+		require.Equal(t, StatusOK, r.Status, "%s: %s", scen, r.Reason)
+		d := r.Delivery
+		require.NotNil(t, d)
+		require.Equal(t, 8, d.Messages)
+		require.Zero(t, d.Duplicates)
+		require.Greater(t, d.MS, 0.0)
+		require.LessOrEqual(t, d.MS, r.TotalMS, "a synchronous call arrives before its answer")
+		require.InDelta(t, 8/(d.MS/1000), d.PerSec, 0.01)
+		require.Zero(t, d.AfterClientMS)
+		require.Zero(t, d.LinkAllowsPerSec, "loopback has no rate")
+	}
+	require.Zero(t, runs["stress-oneway direct"].ResponseBytes)
+
+	for _, scen := range []string{"stress", "stress-oneway"} {
+		r := runs[scen+" duplicate"]
+		require.Equal(t, StatusFailed, r.Status)
+		require.Contains(t, r.Reason, "reached the server more than once")
+		require.Equal(t, 8+DefaultWarmup, r.Delivery.Duplicates, "warm-up included")
+	}
+	r := runs["stress-oneway swallow"]
+	require.Equal(t, StatusFailed, r.Status)
+	require.Contains(t, r.Reason, "warm-up: acknowledged calls did not reach the server within 2s")
+	r = runs["stress swallow"]
+	require.Equal(t, StatusFailed, r.Status, "a 202 is not the synchronous answer")
+	require.Contains(t, r.Reason, "mismatch")
+}
+
+func TestLinkAllowsAndDelivery(t *testing.T) {
+	gprs := Profile{Up: Shape{RateBps: 40_000}, Down: Shape{RateBps: 40_000}}
+	e := &PerExchange{UpBytes: 250, DownBytes: 50, TotalBytes: 300}
+	require.InDelta(t, 20.0, linkAllows(gprs, e), 1e-9, "40 kbit/s = 5000 B/s over 250 B up")
+	asym := Profile{Up: Shape{RateBps: 8_000_000}, Down: Shape{RateBps: 80_000}}
+	require.InDelta(t, 200.0, linkAllows(asym, e), 1e-9, "the tighter direction: 10 kB/s down over 50 B")
+	require.Zero(t, linkAllows(Profile{}, e), "no rate limit")
+	require.Zero(t, linkAllows(gprs, nil))
+
+	srv, sc := startReplay(t, "stress-oneway")
+	s := sc["stress-oneway"]
+	a := srv.Track(s.Name, 0, 6)
+	start := time.Now()
+	target := Target{Site: loopbackSite{"client"}, Addr: srv.Addr().String(), Host: "x"}
+	for i := range 4 {
+		require.NoError(t, CallOnce(callCtx(t), target, s, i))
+	}
+	out := callOutcome{start: start.Add(-time.Second), elapsed: time.Second / 2}
+	d := delivery(a, 1, 5, out, gprs, e) // calls 1-5 measured, 1-3 arrived
+	require.Equal(t, 3, d.Messages)
+	require.Greater(t, d.MS, 1000.0)
+	require.InDelta(t, 3/(d.MS/1000), d.PerSec, 1e-9)
+	require.Greater(t, d.AfterClientMS, 500.0, "the last arrived after the client's calls ended")
+	require.InDelta(t, 20.0, d.LinkAllowsPerSec, 1e-9)
+	require.InDelta(t, d.PerSec/20, d.LinkRatio, 1e-9)
+}
+
+func TestDeliveryLimit(t *testing.T) {
+	o := Options{RunTimeout: time.Minute}
+	stress, _ := ScenarioByName("stress-oneway")
+	require.Equal(t, time.Minute, deliveryLimit(o, Profile{}, stress, 1000), "no rate: --run-timeout")
+	gprs := Profile{Up: Shape{RateBps: 40_000}}
+	// 1,000 x (652 + 400) B at 5,000 B/s = 210 s, twice, plus 10 s.
+	require.Equal(t, 10*time.Second+2*210400*time.Millisecond, deliveryLimit(o, gprs, stress, 1000))
+	require.Equal(t, time.Minute, deliveryLimit(o, gprs, stress, 3))
 }

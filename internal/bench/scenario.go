@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"fmt"
+	"net/http"
 	"strconv"
 
 	"github.com/soapgw/soapgw/internal/trafficgen"
@@ -40,6 +41,17 @@ type ScenarioSpec struct {
 	SOAPAction func(c Call) string `json:"-"`
 	// MaxCalls bounds the calls a run makes by default (big messages: fewer).
 	MaxCalls int `json:"max_calls"`
+	// OneWay makes every call a one-way operation: the server answers 202 Accepted with
+	// an empty body, and a gateway that knows one-way messaging may acknowledge the call
+	// itself and deliver it later (the soapgw configurations mark OneWayOperation under
+	// Path as edge.one_way). The report adds the time until the server had every message.
+	OneWay bool `json:"one_way,omitempty"`
+	// OneWayOperation is the local name of the first element in the requests' SOAP
+	// Body, which the soapgw edge matches (the Stress requests' SOAPAction is empty).
+	OneWayOperation string `json:"one_way_operation,omitempty"`
+	// Synchronous names the scenario with the same requests answered synchronously, for
+	// the report's side-by-side table.
+	Synchronous string `json:"synchronous,omitempty"`
 	// ApproxRequest, ApproxResponse are typical sizes in bytes, for planning only.
 	ApproxRequest, ApproxResponse int `json:"-"`
 }
@@ -58,6 +70,11 @@ func Scenarios() []ScenarioSpec {
 			Description: "Axis 1.0 calendar addEntry: 652-byte request, 464-byte response (the paper runs 17472 calls)",
 			Path:        "/axis/services/Calendar", UserAgent: axis, SOAPAction: emptyAction, MaxCalls: 17472,
 			ApproxRequest: 652, ApproxResponse: 464},
+		{Name: "stress-oneway", Family: "stress", Source: "seed 000 (Kangasharju et al.), Tables 5-7, Pera",
+			Description: "the Stress addEntry requests (652 bytes) as a one-way operation: the server answers 202 Accepted with an empty body",
+			Path:        oneWayCalendarPath, UserAgent: axis, SOAPAction: emptyAction, MaxCalls: 17472,
+			OneWay: true, OneWayOperation: "addEntry", Synchronous: "stress",
+			ApproxRequest: 652, ApproxResponse: 0},
 		{Name: "weather-simple", Family: "weather-simple", Source: "seed 004 (Lai, Phan, Tari), Figs 3-5",
 			Description: "Axis 1.2 RPC/encoded weather service, float temperature (multiRef)",
 			Path:        "/axis/services/Weather", UserAgent: "Axis/1.2RC3", SOAPAction: emptyAction, MaxCalls: 1000,
@@ -98,6 +115,12 @@ func Scenarios() []ScenarioSpec {
 			ApproxRequest: 430, ApproxResponse: 2_000_000},
 	}
 }
+
+// oneWayCalendarPath is the one-way calendar's endpoint. It differs from stress's
+// /axis/services/Calendar (which is not a prefix of it the other way round) so that the
+// soapgw edge marks only stress-oneway's addEntry one-way (edge.one_way path_prefix) and
+// stress stays synchronous through the same configuration.
+const oneWayCalendarPath = "/axis/services/CalendarOneWay"
 
 // The attachment scenarios' document service, called by a .NET 2.0 client.
 const (
@@ -151,7 +174,13 @@ func LoadScenario(name string, n int, seed int64) (*Scenario, error) {
 			return nil, fmt.Errorf("scenario %s: %w", name, err)
 		}
 		if len(calls) >= n {
-			return &Scenario{Name: name, Calls: calls[:n], spec: spec}, nil
+			calls = calls[:n]
+			if spec.OneWay {
+				for i := range calls {
+					calls[i].Response = nil // 202 Accepted, no body
+				}
+			}
+			return &Scenario{Name: name, Calls: calls, spec: spec}, nil
 		}
 		if spec.Entries == 0 {
 			break
@@ -212,6 +241,14 @@ func (s *Scenario) requestHeaders(host string, i int) [][2]string {
 		{CallHeader, s.Name + "/" + strconv.Itoa(i)},
 	}
 	return h
+}
+
+// wantStatus is the status of the server's answer to every call of the scenario.
+func (spec ScenarioSpec) wantStatus() int {
+	if spec.OneWay {
+		return http.StatusAccepted
+	}
+	return http.StatusOK
 }
 
 // bytesPerCall returns the mean request and response body sizes.

@@ -2,6 +2,11 @@ package bench
 
 import (
 	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,7 +27,11 @@ func TestScenariosLoadDeterministically(t *testing.T) {
 			for i := range a.Calls {
 				require.Equal(t, a.Calls[i], b.Calls[i], "call %d differs between two loads", i)
 				require.NotEmpty(t, a.Calls[i].Request)
-				require.NotEmpty(t, a.Calls[i].Response)
+				if spec.OneWay {
+					require.Empty(t, a.Calls[i].Response, "a one-way call is answered 202 with no body")
+				} else {
+					require.NotEmpty(t, a.Calls[i].Response)
+				}
 			}
 			if spec.Entries > 0 {
 				for i, c := range a.Calls {
@@ -94,4 +103,56 @@ func TestRequestHeaders(t *testing.T) {
 		}
 	}
 	require.True(t, soap12, "the charging mix has SOAP 1.2 alerts in its first 40 calls")
+}
+
+// firstBodyElement is the local name of the first element inside the SOAP Body, what
+// the soapgw edge's edge.one_way operation matches.
+func firstBodyElement(t *testing.T, body []byte) string {
+	t.Helper()
+	d := xml.NewDecoder(bytes.NewReader(body))
+	inBody := false
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			return ""
+		}
+		require.NoError(t, err)
+		if se, ok := tok.(xml.StartElement); ok {
+			if inBody {
+				return se.Name.Local
+			}
+			inBody = se.Name.Local == "Body"
+		}
+	}
+}
+
+func TestOneWayScenario(t *testing.T) {
+	spec, ok := ScenarioByName("stress-oneway")
+	require.True(t, ok)
+	require.True(t, spec.OneWay)
+	require.Equal(t, "stress", spec.Synchronous)
+	require.Equal(t, http.StatusAccepted, spec.wantStatus())
+	stressSpec, _ := ScenarioByName("stress")
+	require.Equal(t, http.StatusOK, stressSpec.wantStatus())
+	// The edge marks the operation under the one-way path only: stress, through the same
+	// soapgw configuration, stays synchronous.
+	require.False(t, strings.HasPrefix(stressSpec.Path, spec.Path), "stress's path must not match the one-way path_prefix")
+
+	ow, err := LoadScenario("stress-oneway", 20, 5)
+	require.NoError(t, err)
+	st, err := LoadScenario("stress", 20, 5)
+	require.NoError(t, err)
+	for i, c := range ow.Calls {
+		require.Equal(t, st.Calls[i].Request, c.Request, "call %d: the stress generator's request", i)
+		require.Len(t, c.Request, 652)
+		require.Nil(t, c.Response)
+		require.Equal(t, spec.OneWayOperation, firstBodyElement(t, c.Request), "call %d", i)
+		h := ow.requestHeaders("10.0.0.2:80", i)
+		require.Contains(t, h, [2]string{"SOAPAction", `""`}, "the Stress requests carry no action: the edge matches the Body's element")
+		req := appendRequest(nil, ow.spec.Path, h, c.Request)
+		require.True(t, bytes.HasPrefix(req, []byte("POST /axis/services/CalendarOneWay HTTP/1.0\r\n")))
+	}
+	req, resp := ow.bytesPerCall()
+	require.Equal(t, 652, req)
+	require.Zero(t, resp)
 }

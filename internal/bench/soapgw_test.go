@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+
+	"github.com/soapgw/soapgw/internal/config"
 )
 
 func TestSoapgwConfigs(t *testing.T) {
@@ -31,6 +33,8 @@ func TestSoapgwConfigs(t *testing.T) {
 	require.Equal(t, map[string]any{"key_file": "/k/tunnel.key"}, peer["auth"])
 
 	require.NotContains(t, peer, "transport", "tcp is the default")
+	require.NotContains(t, e["edge"], "one_way", "no one-way scenario: no spool")
+	require.NotContains(t, og, "one_way")
 
 	p.OriginCodec = false
 	_, origin, err = SoapgwConfigs(p)
@@ -81,4 +85,41 @@ func TestConfigByName(t *testing.T) {
 	require.ErrorContains(t, err, `unknown codec "brotli"`)
 	_, err = ConfigByName("haproxy")
 	require.True(t, strings.Contains(err.Error(), "unknown configuration"))
+}
+
+// TestSoapgwConfigsOneWay: with one-way scenarios in the run, the edge marks their
+// operations in edge.one_way (spool in the run's directory) and the origin delivers them
+// (origin.one_way, its ledger beside it); soapgw's own configuration parser accepts both.
+func TestSoapgwConfigsOneWay(t *testing.T) {
+	spec, _ := ScenarioByName("stress-oneway")
+	key, err := writeTunnelKey(t.TempDir())
+	require.NoError(t, err)
+	p := SoapgwParams{Codec: "auto", KeyFile: key, EdgeListen: "10.0.0.1:1", EdgeAdmin: "10.0.0.1:2", TunnelListen: "10.0.0.2:3",
+		OriginAdmin: "10.0.0.2:4", Upstream: "10.0.0.2:5", OriginCodec: true,
+		OneWay:    []OneWayOperation{{PathPrefix: spec.Path, Operation: spec.OneWayOperation}, {Operation: "notify"}},
+		SpoolFile: "/w/lan/02-soapgw-auto/soapgw/edge-spool.db", LedgerFile: "/w/lan/02-soapgw-auto/soapgw/origin-ledger.db"}
+	edge, origin, err := SoapgwConfigs(p)
+	require.NoError(t, err)
+
+	ec, err := config.Parse("edge.yaml", edge)
+	require.NoError(t, err, "%s", edge)
+	ow := ec.Edge.OneWay
+	require.NotNil(t, ow)
+	require.Equal(t, p.SpoolFile, ow.Spool)
+	require.Equal(t, []config.OneWayOperation{
+		{PathPrefix: "/axis/services/CalendarOneWay", Operation: "addEntry"},
+		{Operation: "notify"},
+	}, ow.Operations)
+	require.Equal(t, 202, ow.AcceptStatus, "soapgw's defaults: 202 Accepted, as the server answers")
+
+	oc, err := config.Parse("origin.yaml", origin)
+	require.NoError(t, err, "%s", origin)
+	require.NotNil(t, oc.Origin.OneWay)
+	require.Equal(t, p.LedgerFile, oc.Origin.OneWay.Ledger)
+	require.Equal(t, config.InDoubtHold, oc.Origin.OneWay.InDoubt, "at most once: a duplicate would fail the run")
+}
+
+func TestDescribeOneWay(t *testing.T) {
+	require.Equal(t, "addEntry under /a, ping", describeOneWay([]OneWayOperation{{PathPrefix: "/a", Operation: "addEntry"}, {Operation: "ping"}}))
+	require.NotEmpty(t, fsName(t.TempDir()))
 }

@@ -60,12 +60,14 @@ func Summarize(ds []time.Duration) Latency {
 // callOutcome is the result of a batch of calls.
 type callOutcome struct {
 	latencies  []time.Duration // of the successful calls
+	okCalls    []int           // their indices
 	started    int             // calls started
 	errors     int             // transport failures (dial, reset, timeout)
 	mismatches int             // wrong status or bytes
 	firstErr   error
-	truncated  bool // stopped by the time limit before every call started
-	aborted    bool // stopped after too many consecutive failures
+	truncated  bool      // stopped by the time limit before every call started
+	aborted    bool      // stopped after too many consecutive failures
+	start      time.Time // when the first call could start
 	elapsed    time.Duration
 }
 
@@ -90,7 +92,9 @@ func runCalls(ctx context.Context, first, n, concurrency int, callTimeout, limit
 		consecutive int
 		done        int
 	)
+	out.start = start
 	out.latencies = make([]time.Duration, 0, n)
+	out.okCalls = make([]int, 0, n)
 	var wg sync.WaitGroup
 	for range concurrency {
 		wg.Go(func() {
@@ -112,6 +116,7 @@ func runCalls(ctx context.Context, first, n, concurrency int, callTimeout, limit
 				switch {
 				case err == nil:
 					out.latencies = append(out.latencies, d)
+					out.okCalls = append(out.okCalls, first+k)
 					consecutive = 0
 				case runCtx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrMismatch):
 					// cut by the batch's time limit: not the configuration's fault

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -64,6 +65,7 @@ func Charts(r *Results) []Chart {
 				SVG:  drawPanels(title, panels, configs, nil),
 			})
 		}
+		out = append(out, deliveryCharts(r, p, scens, modes, configs)...)
 		// Bytes per exchange: the lowest concurrency (bytes barely depend on it).
 		mode := modes[0]
 		var panels []panel
@@ -99,6 +101,56 @@ func Charts(r *Results) []Chart {
 				}),
 			})
 		}
+	}
+	return out
+}
+
+// deliveryCharts draw, for a profile with one-way runs, the messages per second the
+// server received by configuration: one panel per one-way scenario and one for its
+// synchronous twin when that ran too.
+func deliveryCharts(r *Results, p Profile, scens []string, modes []int, configs []string) []Chart {
+	var names []string
+	for _, s := range scens {
+		spec, ok := r.scenario(s)
+		if !ok || !spec.OneWay {
+			continue
+		}
+		if spec.Synchronous != "" && slices.Contains(scens, spec.Synchronous) && !slices.Contains(names, spec.Synchronous) {
+			names = append(names, spec.Synchronous)
+		}
+		names = append(names, s)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	var out []Chart
+	for _, mode := range modes {
+		var panels []panel
+		for _, s := range names {
+			pn := panel{title: s + ", delivered to the server", unit: "msg/s"}
+			for _, c := range configs {
+				x, ok := r.find(p.Name, s, mode, c)
+				if !ok {
+					continue
+				}
+				b := bar{label: c, text: x.Status}
+				if d := x.Delivery; x.Status == StatusOK && d != nil && d.PerSec > 0 {
+					b.segments = []float64{d.PerSec}
+					b.text = fmt.Sprintf("%.1f msg/s", d.PerSec)
+					if d.LinkAllowsPerSec > 0 {
+						b.text += fmt.Sprintf(", %.0f%% of link", 100*d.LinkRatio)
+					}
+				}
+				pn.bars = append(pn.bars, b)
+			}
+			panels = append(panels, pn)
+		}
+		title := fmt.Sprintf("%s: messages per second delivered to the server, %s", p.Name, modeName(mode))
+		out = append(out, Chart{
+			Profile: p.Name, Title: title,
+			File: fmt.Sprintf("delivery-%s-c%d.svg", fileSafe(p.Name), mode),
+			SVG:  drawPanels(title, panels, configs, nil),
+		})
 	}
 	return out
 }
