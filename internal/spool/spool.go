@@ -7,6 +7,7 @@
 // Layout (see docs/operations.md, "One-way messages"):
 //
 //	bucket "meta":    "id" → the spool's random id (hex), chosen when the file is created
+//	                  "dead" → how many dead letters there are (uint64, big-endian)
 //	bucket "pending": seq (8 bytes, big-endian) → record
 //	bucket "dead":    seq → record, then uvarint len + reason, then the server's answer
 //
@@ -49,6 +50,7 @@ var (
 	bucketPending = []byte("pending")
 	bucketDead    = []byte("dead")
 	keySpoolID    = []byte("id")
+	keyDeadCount  = []byte("dead")
 )
 
 const recordVersion = 1
@@ -111,7 +113,11 @@ type Spool struct {
 	bytes    int64
 	dead     int
 	oldest   map[uint64]time.Time // accepted time of pending messages, for Stats.Oldest
-	ready    chan struct{}
+	// gone holds the seqs that Delete or Kill took out of the pending messages before
+	// the Put or Requeue that committed them had counted them (a forwarder can read a
+	// message as soon as it is committed): that Put or Requeue must not add them to oldest.
+	gone  map[uint64]struct{}
+	ready chan struct{}
 }
 
 // Open opens (or creates) the spool file at path. It fails with ErrLocked after a second
@@ -124,7 +130,7 @@ func Open(path string, lim Limits) (*Spool, error) {
 		}
 		return nil, fmt.Errorf("open spool %s: %w", path, err)
 	}
-	s := &Spool{db: db, lim: lim.withDefaults(), oldest: map[uint64]time.Time{}, ready: make(chan struct{}, 1)}
+	s := &Spool{db: db, lim: lim.withDefaults(), oldest: map[uint64]time.Time{}, gone: map[uint64]struct{}{}, ready: make(chan struct{}, 1)}
 	err = db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {
@@ -145,9 +151,12 @@ func Open(path string, lim Limits) (*Spool, error) {
 		s.id = hex.EncodeToString(b[:])
 		return meta.Put(keySpoolID, []byte(s.id))
 	})
+	var counted bool
 	if err == nil {
 		err = db.View(func(tx *bolt.Tx) error {
 			s.dead = tx.Bucket(bucketDead).Stats().KeyN // committed pages: exact here
+			n, ok := deadCount(tx.Bucket(bucketMeta))
+			counted = ok && n == uint64(s.dead)
 			return tx.Bucket(bucketPending).ForEach(func(k, v []byte) error {
 				m, err := decode(k, v, s.id)
 				if err != nil {
@@ -158,6 +167,12 @@ func Open(path string, lim Limits) (*Spool, error) {
 				s.oldest[m.Seq] = m.Accepted
 				return nil
 			})
+		})
+	}
+	if err == nil && !counted {
+		// A file without the count (or with a wrong one): count what is there.
+		err = db.Update(func(tx *bolt.Tx) error {
+			return setDeadCount(tx.Bucket(bucketMeta), uint64(s.dead))
 		})
 	}
 	if err != nil {
@@ -213,13 +228,16 @@ func (s *Spool) Put(peer, upstream string, build func(id string) []byte) (Messag
 		m.Data = build(m.ID)
 		return b.Put(seqKey(seq), encode(nil, m))
 	})
+	if err == nil && testHookCommitted != nil {
+		testHookCommitted(m)
+	}
 	s.mu.Lock()
 	if err != nil {
 		s.messages--
 		s.bytes -= reserved
 	} else {
 		s.bytes += int64(len(m.Data)) - reserved
-		s.oldest[m.Seq] = m.Accepted
+		s.added(m.Seq, m.Accepted)
 	}
 	s.mu.Unlock()
 	if err != nil {
@@ -232,15 +250,41 @@ func (s *Spool) Put(peer, upstream string, build func(id string) []byte) (Messag
 	return m, nil
 }
 
-func (s *Spool) unreserve(seq uint64, size int64) {
-	delete(s.oldest, seq)
+// testHookCommitted, when set by a test, runs in Put and Requeue between the commit and
+// the counting: where a forwarder may deliver the message first.
+var testHookCommitted func(Message)
+
+// added records (under mu) the accepted time of a message Put or Requeue committed, once
+// it is counted in messages and bytes.
+func (s *Spool) added(seq uint64, accepted time.Time) {
+	if _, ok := s.gone[seq]; ok {
+		delete(s.gone, seq) // already delivered: see removed
+		return
+	}
+	s.oldest[seq] = accepted
+}
+
+// removed uncounts (under mu) a message Delete or Kill took out of the pending messages.
+// The Put or Requeue that committed it may not have done its counting yet (Put counts
+// the message before its commit, Requeue after: its counters are one short meanwhile,
+// which adds up once it has), and either records the accepted time only after its
+// commit, so removed leaves a note for added.
+func (s *Spool) removed(seq uint64, size int64) {
 	s.messages--
 	s.bytes -= size
+	if _, ok := s.oldest[seq]; ok {
+		delete(s.oldest, seq)
+	} else {
+		s.gone[seq] = struct{}{}
+	}
 }
 
 // Pending calls fn for the pending messages with seq > after, in order, until fn returns
 // false. A message's Data is valid only until fn returns (Get returns a copy).
 func (s *Spool) Pending(after uint64, fn func(Message) bool) error {
+	if after == math.MaxUint64 {
+		return nil // after+1 would wrap to the first message
+	}
 	return s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketPending).Cursor()
 		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
@@ -292,9 +336,7 @@ func (s *Spool) Delete(seq uint64) error {
 		return fmt.Errorf("spool delete %d: %w", seq, err)
 	}
 	s.mu.Lock()
-	if _, ok := s.oldest[seq]; ok {
-		s.unreserve(seq, size)
-	}
+	s.removed(seq, size)
 	s.mu.Unlock()
 	return nil
 }
@@ -303,9 +345,10 @@ func (s *Spool) Delete(seq uint64) error {
 // answer (bounded by the caller), dropping the oldest dead letters beyond Limits.MaxDead.
 func (s *Spool) Kill(seq uint64, reason string, answer []byte) error {
 	var size int64
-	var dead int
+	var delta int // to the dead letters: 1 less those dropped
 	err := s.commit.Do(func(tx *bolt.Tx) error {
-		pending, db := tx.Bucket(bucketPending), tx.Bucket(bucketDead)
+		delta = 0
+		meta, pending, db := tx.Bucket(bucketMeta), tx.Bucket(bucketPending), tx.Bucket(bucketDead)
 		v := pending.Get(seqKey(seq))
 		if v == nil {
 			return ErrNotFound
@@ -315,37 +358,34 @@ func (s *Spool) Kill(seq uint64, reason string, answer []byte) error {
 			return err
 		}
 		size = int64(len(m.Data))
-		rec := binary.AppendUvarint(nil, uint64(len(v)))
-		rec = append(rec, v...)
-		rec = binary.AppendUvarint(rec, uint64(len(reason)))
-		rec = append(rec, reason...)
-		rec = append(rec, answer...)
+		rec := encodeDead(nil, v, reason, answer)
 		if err := pending.Delete(seqKey(seq)); err != nil {
 			return err
 		}
 		if err := db.Put(seqKey(seq), rec); err != nil {
 			return err
 		}
-		s.mu.Lock()
-		dead = s.dead + 1
-		s.mu.Unlock()
+		// The count is the transaction's own: the Kills, Purges and Requeues that share
+		// it (group commit) are counted in it, not yet in s.dead.
+		n, _ := deadCount(meta)
+		dead := n + 1
+		delta = 1
 		c := db.Cursor()
-		for k, _ := c.First(); k != nil && dead > s.lim.MaxDead; k, _ = c.First() {
+		for k, _ := c.First(); k != nil && dead > uint64(s.lim.MaxDead); k, _ = c.First() {
 			if err := db.Delete(k); err != nil {
 				return err
 			}
 			dead--
+			delta--
 		}
-		return nil
+		return setDeadCount(meta, dead)
 	})
 	if err != nil {
 		return fmt.Errorf("spool kill %d: %w", seq, err)
 	}
 	s.mu.Lock()
-	if _, ok := s.oldest[seq]; ok {
-		s.unreserve(seq, size)
-	}
-	s.dead = dead
+	s.removed(seq, size)
+	s.dead += delta
 	s.mu.Unlock()
 	return nil
 }
@@ -369,7 +409,7 @@ func (s *Spool) DeadLetters(fn func(Dead) bool) error {
 func (s *Spool) Requeue(seq uint64) (Message, error) {
 	var m Message
 	err := s.commit.Do(func(tx *bolt.Tx) error {
-		pending, db := tx.Bucket(bucketPending), tx.Bucket(bucketDead)
+		meta, pending, db := tx.Bucket(bucketMeta), tx.Bucket(bucketPending), tx.Bucket(bucketDead)
 		v := db.Get(seqKey(seq))
 		if v == nil {
 			return ErrNotFound
@@ -391,15 +431,21 @@ func (s *Spool) Requeue(seq uint64) (Message, error) {
 		if err := db.Delete(seqKey(seq)); err != nil {
 			return err
 		}
+		if err := decrDeadCount(meta); err != nil {
+			return err
+		}
 		return pending.Put(seqKey(newSeq), encode(nil, m))
 	})
 	if err != nil {
 		return Message{}, fmt.Errorf("spool requeue %d: %w", seq, err)
 	}
+	if testHookCommitted != nil {
+		testHookCommitted(m)
+	}
 	s.mu.Lock()
 	s.messages++
 	s.bytes += int64(len(m.Data))
-	s.oldest[m.Seq] = m.Accepted
+	s.added(m.Seq, m.Accepted)
 	s.dead--
 	s.mu.Unlock()
 	select {
@@ -416,7 +462,10 @@ func (s *Spool) Purge(seq uint64) error {
 		if db.Get(seqKey(seq)) == nil {
 			return ErrNotFound
 		}
-		return db.Delete(seqKey(seq))
+		if err := db.Delete(seqKey(seq)); err != nil {
+			return err
+		}
+		return decrDeadCount(tx.Bucket(bucketMeta))
 	})
 	if err != nil {
 		return fmt.Errorf("spool purge %d: %w", seq, err)
@@ -425,6 +474,27 @@ func (s *Spool) Purge(seq uint64) error {
 	s.dead--
 	s.mu.Unlock()
 	return nil
+}
+
+// deadCount reads the dead letters' count, false when the file has none.
+func deadCount(meta *bolt.Bucket) (uint64, bool) {
+	v := meta.Get(keyDeadCount)
+	if len(v) != 8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v), true
+}
+
+func setDeadCount(meta *bolt.Bucket, n uint64) error {
+	return meta.Put(keyDeadCount, binary.BigEndian.AppendUint64(nil, n))
+}
+
+func decrDeadCount(meta *bolt.Bucket) error {
+	n, _ := deadCount(meta)
+	if n > 0 {
+		n--
+	}
+	return setDeadCount(meta, n)
 }
 
 func forEach(b *bolt.Bucket, fn func(k, v []byte) (bool, error)) error {
@@ -436,6 +506,15 @@ func forEach(b *bolt.Bucket, fn func(k, v []byte) (bool, error)) error {
 		}
 	}
 	return nil
+}
+
+// encodeDead appends a dead letter: the pending record, the reason, the answer.
+func encodeDead(b, record []byte, reason string, answer []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(record)))
+	b = append(b, record...)
+	b = binary.AppendUvarint(b, uint64(len(reason)))
+	b = append(b, reason...)
+	return append(b, answer...)
 }
 
 func decodeDead(k, v []byte, spoolID string) (Dead, error) {
