@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 )
@@ -66,8 +67,10 @@ func blockLoop(t *testing.T, c *Committer) (release func()) {
 		})
 	}()
 	<-entered
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(unblock) }) }) // a test that failed first
 	return func() {
-		close(unblock)
+		once.Do(func() { close(unblock) })
 		require.NoError(t, <-done)
 	}
 }
@@ -273,10 +276,9 @@ func TestDoRacingClose(t *testing.T) {
 				for i := 0; ; i++ {
 					k := fmt.Sprintf("%d-%d", g, i)
 					err := c.Do(put(k, "x"))
-					if errors.Is(err, ErrClosed) {
+					if errors.Is(err, ErrClosed) || !assert.NoError(t, err) {
 						return
 					}
-					require.NoError(t, err)
 					mu.Lock()
 					committed = append(committed, k)
 					mu.Unlock()
