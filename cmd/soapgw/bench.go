@@ -30,6 +30,7 @@ type benchOptions struct {
 	profBudget  time.Duration
 	runTimeout  time.Duration
 	binary      string
+	deliveries  int
 	out         string
 	workDir     string
 	smoke       bool
@@ -94,6 +95,7 @@ soapgw/identity and nginx-pair when nginx is installed.`,
 	f.DurationVar(&o.profBudget, "profile-budget", bench.DefaultProfileBudget, "without --scenarios: estimated time per profile and configuration; runs beyond it are left out by priority (0: no bound)")
 	f.DurationVar(&o.runTimeout, "run-timeout", bench.DefaultRunTimeout, "bound on one run; calls not started by then are left out (truncated)")
 	f.StringVar(&o.binary, "binary", "", "soapgw binary for the soapgw configurations (default: this executable)")
+	f.IntVar(&o.deliveries, "oneway-deliveries", 0, "edge.one_way.deliveries of the soapgw configurations: one-way messages delivered at once (default: soapgw's, 16)")
 	f.StringVar(&o.out, "out", "bench-results", "directory for results.json, report.md and the charts")
 	f.StringVar(&o.workDir, "work-dir", "", "keep generated configurations and logs here (default: a temp dir, removed)")
 	f.BoolVar(&o.smoke, "smoke", false, "quick check: one profile, stress, 20 calls, direct + soapgw/identity (+ nginx-pair); exits 1 on any failure")
@@ -113,23 +115,24 @@ func splitList(s string) []string {
 
 func (o *benchOptions) options(cmd *cobra.Command) (bench.Options, error) {
 	opts := bench.Options{
-		Profiles:      splitList(o.profiles),
-		ProfileFile:   o.profileFile,
-		Scenarios:     splitList(o.scenarios),
-		Configs:       splitList(o.configs),
-		Calls:         o.calls,
-		Warmup:        o.warmup,
-		Seed:          o.seed,
-		Budget:        o.budget,
-		ProfileBudget: o.profBudget,
-		RunTimeout:    o.runTimeout,
-		WorkDir:       o.workDir,
-		KeepWork:      o.workDir != "",
-		Version:       versionString(),
-		CommandLine:   "soapgw " + strings.Join(os.Args[1:], " "),
+		Profiles:         splitList(o.profiles),
+		ProfileFile:      o.profileFile,
+		Scenarios:        splitList(o.scenarios),
+		Configs:          splitList(o.configs),
+		Calls:            o.calls,
+		Warmup:           o.warmup,
+		Seed:             o.seed,
+		Budget:           o.budget,
+		ProfileBudget:    o.profBudget,
+		RunTimeout:       o.runTimeout,
+		OneWayDeliveries: o.deliveries,
+		WorkDir:          o.workDir,
+		KeepWork:         o.workDir != "",
+		Version:          versionString(),
+		CommandLine:      "soapgw " + strings.Join(os.Args[1:], " "),
 	}
-	if o.calls < 0 || o.warmup < 1 || o.budget <= 0 || o.runTimeout <= 0 || o.profBudget < 0 {
-		return opts, errors.New("bench: --calls and --profile-budget must not be negative; --warmup, --budget and --run-timeout must be positive")
+	if o.calls < 0 || o.deliveries < 0 || o.warmup < 1 || o.budget <= 0 || o.runTimeout <= 0 || o.profBudget < 0 {
+		return opts, errors.New("bench: --calls, --oneway-deliveries and --profile-budget must not be negative; --warmup, --budget and --run-timeout must be positive")
 	}
 	if o.out == "" {
 		return opts, errors.New("bench: --out must not be empty")

@@ -26,6 +26,9 @@ type Env struct {
 	// A configuration that can acknowledge a call itself and deliver it later marks them
 	// (soapgw: edge.one_way); the others forward them as any call.
 	OneWay []OneWayOperation
+	// OneWayDeliveries is how many one-way messages a gateway delivers at once (0: its
+	// default).
+	OneWayDeliveries int
 }
 
 // OneWayOperation names a one-way scenario's requests: those to a target under

@@ -34,6 +34,9 @@ type Options struct {
 	// Binary is the soapgw executable; BinaryEnv extra environment for it.
 	Binary    string
 	BinaryEnv []string
+	// OneWayDeliveries sets edge.one_way.deliveries (the messages the soapgw edge
+	// delivers at once) in the soapgw configurations; 0 leaves soapgw's default.
+	OneWayDeliveries int
 	// WorkDir holds the generated configurations and logs (a temp dir when empty);
 	// KeepWork keeps it.
 	WorkDir  string
@@ -369,6 +372,9 @@ func (o Options) resolve() (_ Options, profiles []Profile, configs []Config, err
 			return o, nil, nil, fmt.Errorf("unknown scenario %q (known: %s)", s, strings.Join(ScenarioNames(), ", "))
 		}
 	}
+	if o.OneWayDeliveries < 0 {
+		return o, nil, nil, fmt.Errorf("one-way deliveries %d: must not be negative", o.OneWayDeliveries)
+	}
 	for _, c := range o.Concurrency {
 		if c < 1 || c > 1024 {
 			return o, nil, nil, fmt.Errorf("concurrency %d: want 1 to 1024", c)
@@ -689,7 +695,7 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 			info.Status, info.Reason = StatusFailed, err.Error()
 		}
 		env := &Env{Client: link.Client(), Server: link.Server(), Upstream: srv.Addr(), Dir: dir,
-			Binary: o.Binary, BinaryEnv: o.BinaryEnv, Profile: p, OneWay: oneWay}
+			Binary: o.Binary, BinaryEnv: o.BinaryEnv, Profile: p, OneWay: oneWay, OneWayDeliveries: o.OneWayDeliveries}
 		prog.set(p.Name, "", 0, cfg.Name()+": starting", 0)
 		var st *Started
 		if info.Status == StatusOK {

@@ -185,6 +185,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{Options{Profiles: []string{LoopbackProfile}, Configs: []string{"soapgw/brotli"}}, `unknown codec "brotli"`},
 		{Options{Profiles: []string{LoopbackProfile}, Configs: []string{"squid"}}, `unknown configuration "squid"`},
 		{Options{Profiles: []string{LoopbackProfile}, Concurrency: []int{0}}, "concurrency 0"},
+		{Options{Profiles: []string{LoopbackProfile}, OneWayDeliveries: -1}, "one-way deliveries -1"},
 	} {
 		_, err := Run(ctx, tc.o)
 		require.ErrorContains(t, err, tc.want)

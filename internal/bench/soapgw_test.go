@@ -111,6 +111,15 @@ func TestSoapgwConfigsOneWay(t *testing.T) {
 		{Operation: "notify"},
 	}, ow.Operations)
 	require.Equal(t, 202, ow.AcceptStatus, "soapgw's defaults: 202 Accepted, as the server answers")
+	require.Equal(t, 16, ow.Deliveries, "soapgw's default")
+	require.NotContains(t, string(edge), "deliveries")
+
+	p.Deliveries = 256
+	edge, _, err = SoapgwConfigs(p)
+	require.NoError(t, err)
+	ec, err = config.Parse("edge.yaml", edge)
+	require.NoError(t, err, "%s", edge)
+	require.Equal(t, 256, ec.Edge.OneWay.Deliveries)
 
 	oc, err := config.Parse("origin.yaml", origin)
 	require.NoError(t, err, "%s", origin)
