@@ -72,7 +72,7 @@ type SoapgwParams struct {
 	// one_way sections.
 	OneWay                []OneWayOperation
 	SpoolFile, LedgerFile string
-	// Deliveries sets edge.one_way.deliveries (0: soapgw's default, 16).
+	// Deliveries sets edge.one_way.deliveries (0: soapgw's default, proxy.DefaultOneWayDeliveries).
 	Deliveries int
 }
 

@@ -205,7 +205,10 @@ type EdgeOneWay struct {
 	// need 200: zeep takes an empty 202 as success and fails on an empty 200.
 	// Default: 202.
 	AcceptStatus int `yaml:"accept_status"`
-	// Deliveries is how many messages are delivered at once. Default: 16.
+	// Deliveries is how many messages are delivered at once: the messages in
+	// flight on the link and the one-way calls the server runs at once. A link
+	// carries at most this many per round trip; raise it toward bandwidth x
+	// RTT / message size on long fast links. Default: 64.
 	Deliveries int `yaml:"deliveries"`
 	// Ordered delivers one message at a time per upstream, in the order
 	// the edge accepted them. Default: false.
@@ -235,7 +238,7 @@ func (o *EdgeOneWay) setDefaults() {
 	o.MaxDeadLetters = 10_000
 	o.DeadLetters = true
 	o.AcceptStatus = 202
-	o.Deliveries = 16
+	o.Deliveries = 64
 	o.RetryMax = 30 * time.Second
 }
 

@@ -32,10 +32,11 @@ type forwarder struct {
 	stop    chan struct{} // closed by Edge.Shutdown: no new deliveries
 
 	// Owned by run.
-	next    uint64 // messages with a larger seq have not been queued yet
-	queues  map[groupKey]*deliveryQueue
-	peers   map[string]*peerBackoff
-	running int
+	delivered []uint64 // settled as delivered, to delete from the spool in one commit
+	next      uint64   // messages with a larger seq have not been queued yet
+	queues    map[groupKey]*deliveryQueue
+	peers     map[string]*peerBackoff
+	running   int
 }
 
 type groupKey struct{ peer, upstream string }
@@ -93,6 +94,7 @@ func (f *forwarder) run(ctx context.Context) {
 	stopping := false
 	stop := f.stop // Shutdown closes it; nil once seen, so the loop does not spin on it
 	for {
+		f.deleteDelivered()
 		if !stopping {
 			f.load()
 			f.dispatch(ctx)
@@ -111,6 +113,15 @@ func (f *forwarder) run(ctx context.Context) {
 			stopping, stop = true, nil
 		case r := <-f.results:
 			f.settle(r)
+			// Settle the results already waiting too, so their deletes share a commit.
+			for more := true; more; {
+				select {
+				case r := <-f.results:
+					f.settle(r)
+				default:
+					more = false
+				}
+			}
 		case <-f.ow.Spool.Ready():
 		case <-retry.C:
 		case <-gauges.C:
@@ -189,7 +200,8 @@ func (f *forwarder) settle(r deliveryResult) {
 		} else {
 			m.WithLabelValues("delivered").Inc()
 		}
-		err = f.ow.Spool.Delete(r.seq)
+		f.delivered = append(f.delivered, r.seq)
+		return
 	case outcomeRefused, outcomeInDoubt:
 		result := "refused"
 		if r.outcome == outcomeInDoubt {
@@ -217,6 +229,19 @@ func (f *forwarder) settle(r deliveryResult) {
 		b.until = time.Now().Add(b.wait)
 		q.seqs = append([]uint64{r.seq}, q.seqs...)
 	}
+}
+
+// deleteDelivered deletes the messages settled as delivered since the last call, in one
+// commit. If it fails they stay in the spool: after a restart they go once more and the
+// origin answers already_delivered.
+func (f *forwarder) deleteDelivered() {
+	if len(f.delivered) == 0 {
+		return
+	}
+	if err := f.ow.Spool.DeleteMany(f.delivered); err != nil {
+		f.warn.Warn("spool_write", "one-way spool write failed: delivered messages stay in the spool until the next start (the origin will answer already_delivered)", "messages", len(f.delivered), "err", err)
+	}
+	f.delivered = f.delivered[:0]
 }
 
 // deliver sends one message to its origin and classifies the answer.

@@ -36,8 +36,11 @@ type OneWayConfig struct {
 	// (default 202 Accepted, what WS-I Basic Profile R2750 asks of a one-way operation;
 	// 200 for clients that want it, though zeep fails on an empty 200).
 	AcceptStatus int
-	// Deliveries is how many messages are delivered at once (default 16). Ordered makes
-	// it one at a time per upstream, in the order the edge accepted them.
+	// Deliveries is how many messages are delivered at once (default 64): the messages in
+	// flight on the link, and the one-way calls the server runs at once. A link carries
+	// at most Deliveries messages per round trip: on a long or fast link, raise it toward
+	// its bandwidth × RTT / message size. Ordered makes it one at a time per upstream, in
+	// the order the edge accepted them.
 	Deliveries int
 	Ordered    bool
 	// RetryMax caps the wait between delivery attempts to a peer that failed (default
@@ -48,6 +51,11 @@ type OneWayConfig struct {
 	// logged and counted). Default true.
 	DeadLetters *bool
 }
+
+// DefaultOneWayDeliveries is OneWayConfig.Deliveries when unset: enough for a GPRS link
+// (1.4 s RTT, 45 Stress messages/s) to be full, few enough for a legacy server to run at
+// once (Axis and Tomcat thread pools are 100-200).
+const DefaultOneWayDeliveries = 64
 
 // OneWayOperation marks requests as one-way. Empty fields match everything; at least one
 // of Action and Operation is set.
@@ -65,7 +73,7 @@ func (c *OneWayConfig) withDefaults() {
 		c.AcceptStatus = 202
 	}
 	if c.Deliveries <= 0 {
-		c.Deliveries = 16
+		c.Deliveries = DefaultOneWayDeliveries
 	}
 	if c.RetryMax <= 0 {
 		c.RetryMax = 30 * time.Second

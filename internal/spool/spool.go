@@ -20,6 +20,7 @@
 package spool
 
 import (
+	"container/heap"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -113,6 +114,7 @@ type Spool struct {
 	bytes    int64
 	dead     int
 	oldest   map[uint64]time.Time // accepted time of pending messages, for Stats.Oldest
+	byAge    ageHeap              // the same, oldest first; entries no longer in oldest are skipped
 	// gone holds the seqs that Delete or Kill took out of the pending messages before
 	// the Put or Requeue that committed them had counted them (a forwarder can read a
 	// message as soon as it is committed): that Put or Requeue must not add them to oldest.
@@ -164,7 +166,7 @@ func Open(path string, lim Limits) (*Spool, error) {
 				}
 				s.messages++
 				s.bytes += int64(len(m.Data))
-				s.oldest[m.Seq] = m.Accepted
+				s.added(m.Seq, m.Accepted)
 				return nil
 			})
 		})
@@ -262,6 +264,7 @@ func (s *Spool) added(seq uint64, accepted time.Time) {
 		return
 	}
 	s.oldest[seq] = accepted
+	heap.Push(&s.byAge, ageEntry{accepted, seq})
 }
 
 // removed uncounts (under mu) a message Delete or Kill took out of the pending messages.
@@ -314,6 +317,43 @@ func (s *Spool) Get(seq uint64) (Message, error) {
 		return err
 	})
 	return m, err
+}
+
+// DeleteMany removes delivered messages in one commit (a forwarder settles many at once;
+// a delete need not be synced alone: a message delivered again after a crash is answered
+// already_delivered by the origin). Seqs no longer pending are skipped.
+func (s *Spool) DeleteMany(seqs []uint64) error {
+	sizes := make([]int64, len(seqs))
+	err := s.commit.Do(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketPending)
+		for i, seq := range seqs {
+			sizes[i] = -1
+			v := b.Get(seqKey(seq))
+			if v == nil {
+				continue
+			}
+			m, err := decode(seqKey(seq), v, s.id)
+			if err != nil {
+				return err
+			}
+			if err := b.Delete(seqKey(seq)); err != nil {
+				return err
+			}
+			sizes[i] = int64(len(m.Data))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("spool delete %d messages: %w", len(seqs), err)
+	}
+	s.mu.Lock()
+	for i, seq := range seqs {
+		if sizes[i] >= 0 {
+			s.removed(seq, sizes[i])
+		}
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // Delete removes a delivered message.
@@ -539,12 +579,42 @@ func (s *Spool) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := Stats{Messages: s.messages, Bytes: s.bytes, Dead: s.dead}
-	for _, t := range s.oldest {
-		if st.Oldest.IsZero() || t.Before(st.Oldest) {
-			st.Oldest = t
+	// The heap's head, once entries of messages that left are popped: amortized
+	// O(log n), so a forwarder may ask after every delivery whatever the backlog.
+	for s.byAge.Len() > 0 {
+		e := s.byAge[0]
+		if t, ok := s.oldest[e.seq]; ok && t.Equal(e.accepted) {
+			st.Oldest = e.accepted
+			break
 		}
+		heap.Pop(&s.byAge)
 	}
 	return st
+}
+
+// ageEntry is a pending message's accepted time, for the oldest-first heap.
+type ageEntry struct {
+	accepted time.Time
+	seq      uint64
+}
+
+// ageHeap is a container/heap of ageEntry, oldest first.
+type ageHeap []ageEntry
+
+func (h ageHeap) Len() int { return len(h) }
+func (h ageHeap) Less(i, j int) bool {
+	if h[i].accepted.Equal(h[j].accepted) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].accepted.Before(h[j].accepted)
+}
+func (h ageHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *ageHeap) Push(x any)   { *h = append(*h, x.(ageEntry)) }
+func (h *ageHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
 }
 
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
