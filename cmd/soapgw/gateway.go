@@ -187,6 +187,7 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 			return err
 		}
 		ocfg.Ledger, ocfg.RedeliverInDoubt = g.ledger, o.OneWay.InDoubt == config.InDoubtRedeliver
+		ocfg.OneWayConcurrency = o.OneWay.MaxConcurrent
 	}
 	g.origin, err = proxy.NewOrigin(ocfg, pm, g.log)
 	if err != nil {

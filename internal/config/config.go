@@ -205,10 +205,10 @@ type EdgeOneWay struct {
 	// need 200: zeep takes an empty 202 as success and fails on an empty 200.
 	// Default: 202.
 	AcceptStatus int `yaml:"accept_status"`
-	// Deliveries is how many messages are delivered at once: the messages in
-	// flight on the link and the one-way calls the server runs at once. A link
-	// carries at most this many per round trip; raise it toward bandwidth x
-	// RTT / message size on long fast links. Default: 64.
+	// Deliveries is how many messages are in flight to the origin at once (at
+	// most 32 MiB of them): a link carries at most this many per round trip.
+	// The origin sends at most its one_way.max_concurrent of them to the
+	// server at once. 1 to 4096. Default: 256.
 	Deliveries int `yaml:"deliveries"`
 	// Ordered delivers one message at a time per upstream, in the order
 	// the edge accepted them. Default: false.
@@ -238,7 +238,7 @@ func (o *EdgeOneWay) setDefaults() {
 	o.MaxDeadLetters = 10_000
 	o.DeadLetters = true
 	o.AcceptStatus = 202
-	o.Deliveries = 64
+	o.Deliveries = 256
 	o.RetryMax = 30 * time.Second
 }
 
@@ -257,6 +257,10 @@ type OriginOneWay struct {
 	// edge keeps it as a dead letter), "redeliver" sends it again (at least
 	// once).
 	InDoubt string `yaml:"in_doubt"`
+	// MaxConcurrent bounds the one-way deliveries sent to the servers at once;
+	// edges keep many more in flight to fill their links, which wait here.
+	// 1 to 4096. Default: 16.
+	MaxConcurrent int `yaml:"max_concurrent"`
 }
 
 // InDoubt values.
@@ -268,6 +272,7 @@ const (
 func (o *OriginOneWay) setDefaults() {
 	o.Retention = 168 * time.Hour
 	o.InDoubt = InDoubtHold
+	o.MaxConcurrent = 16
 }
 
 // Listener is one socket accepting HTTP/1.0 and HTTP/1.1 SOAP clients.

@@ -262,6 +262,9 @@ func (o *OriginConfig) validate(errs *errorList) {
 			errs.add("origin.one_way.retention", "must be at least 1h (it must outlast an edge's outages), got %s", w.Retention)
 		}
 		checkOneOf(errs, "origin.one_way.in_doubt", "in_doubt", w.InDoubt, []string{InDoubtHold, InDoubtRedeliver})
+		if w.MaxConcurrent < 1 || w.MaxConcurrent > 4096 {
+			errs.add("origin.one_way.max_concurrent", "must be 1 to 4096, got %d", w.MaxConcurrent)
+		}
 	}
 	names := make(map[string]string, len(o.Upstreams))
 	for i, u := range o.Upstreams {

@@ -215,4 +215,11 @@ type OriginConfig struct {
 	// RedeliverInDoubt sends a one-way message again whose earlier delivery's outcome is
 	// unknown (at least once) instead of refusing it (at most once, the default).
 	RedeliverInDoubt bool
+	// OneWayConcurrency bounds the one-way deliveries sent to the servers at once (default
+	// DefaultOneWayConcurrency); more wait at the origin. Edges keep many in flight to
+	// fill their link; this keeps a legacy server from getting all of them at once.
+	OneWayConcurrency int
 }
+
+// DefaultOneWayConcurrency is OriginConfig.OneWayConcurrency when unset.
+const DefaultOneWayConcurrency = 16

@@ -37,14 +37,25 @@ type forwarder struct {
 	queues    map[groupKey]*deliveryQueue
 	peers     map[string]*peerBackoff
 	running   int
+	inFlight  int // bytes of the messages being delivered
 }
 
 type groupKey struct{ peer, upstream string }
 
 type deliveryQueue struct {
-	seqs []uint64 // FIFO
+	seqs []queued // FIFO
 	busy int
 }
+
+// queued is a message waiting for delivery: its seq and size (for the bytes in flight).
+type queued struct {
+	seq  uint64
+	size int
+}
+
+// maxInFlightBytes bounds the bytes of the messages being delivered at once (they are
+// read from the spool into memory): with large messages fewer than Deliveries go at once.
+const maxInFlightBytes = 32 << 20
 
 type peerBackoff struct {
 	wait  time.Duration
@@ -63,7 +74,7 @@ const (
 )
 
 type deliveryResult struct {
-	seq     uint64
+	msg     queued
 	group   groupKey
 	outcome deliveryOutcome
 	reason  string
@@ -138,7 +149,7 @@ func (f *forwarder) load() {
 			q = &deliveryQueue{}
 			f.queues[g] = q
 		}
-		q.seqs = append(q.seqs, m.Seq)
+		q.seqs = append(q.seqs, queued{m.Seq, len(m.Data)})
 		f.next = m.Seq
 		return true
 	})
@@ -154,12 +165,14 @@ func (f *forwarder) dispatch(ctx context.Context) {
 		if b := f.peers[g.peer]; b != nil && now.Before(b.until) {
 			continue
 		}
-		for len(q.seqs) > 0 && f.running < f.ow.Deliveries && (!f.ow.Ordered || q.busy == 0) {
-			seq := q.seqs[0]
+		for len(q.seqs) > 0 && f.running < f.ow.Deliveries && (!f.ow.Ordered || q.busy == 0) &&
+			(f.running == 0 || f.inFlight+q.seqs[0].size <= maxInFlightBytes) {
+			m := q.seqs[0]
 			q.seqs = q.seqs[1:]
 			q.busy++
 			f.running++
-			go func() { f.results <- f.deliver(ctx, seq, g) }()
+			f.inFlight += m.size
+			go func() { f.results <- f.deliver(ctx, m, g) }()
 		}
 	}
 }
@@ -181,6 +194,7 @@ func (f *forwarder) nextRetry() (time.Time, bool) {
 // settle records a delivery's result in the spool.
 func (f *forwarder) settle(r deliveryResult) {
 	f.running--
+	f.inFlight -= r.msg.size
 	q := f.queues[r.group]
 	q.busy--
 	b := f.peers[r.group.peer]
@@ -200,7 +214,7 @@ func (f *forwarder) settle(r deliveryResult) {
 		} else {
 			m.WithLabelValues("delivered").Inc()
 		}
-		f.delivered = append(f.delivered, r.seq)
+		f.delivered = append(f.delivered, r.msg.seq)
 		return
 	case outcomeRefused, outcomeInDoubt:
 		result := "refused"
@@ -208,26 +222,26 @@ func (f *forwarder) settle(r deliveryResult) {
 			result = "in_doubt"
 		}
 		m.WithLabelValues(result).Inc()
-		f.warn.Warn("oneway_"+result, "one-way message not delivered: moved to the dead letters", "peer", r.group.peer, "upstream", r.group.upstream, "seq", r.seq, "reason", r.reason, "kept", *f.ow.DeadLetters)
+		f.warn.Warn("oneway_"+result, "one-way message not delivered: moved to the dead letters", "peer", r.group.peer, "upstream", r.group.upstream, "seq", r.msg.seq, "reason", r.reason, "kept", *f.ow.DeadLetters)
 		if *f.ow.DeadLetters {
-			err = f.ow.Spool.Kill(r.seq, r.reason, r.answer)
+			err = f.ow.Spool.Kill(r.msg.seq, r.reason, r.answer)
 		} else {
-			err = f.ow.Spool.Delete(r.seq)
+			err = f.ow.Spool.Delete(r.msg.seq)
 		}
 	default:
 		m.WithLabelValues("retry").Inc()
 		b.wait = min(max(2*b.wait, 100*time.Millisecond), f.ow.RetryMax)
 		b.until = time.Now().Add(b.wait)
-		f.warn.Warn("oneway_retry", "one-way delivery failed; the message stays in the spool", "peer", r.group.peer, "upstream", r.group.upstream, "seq", r.seq, "reason", r.reason, "retry_in", b.wait)
-		q.seqs = append([]uint64{r.seq}, q.seqs...)
+		f.warn.Warn("oneway_retry", "one-way delivery failed; the message stays in the spool", "peer", r.group.peer, "upstream", r.group.upstream, "seq", r.msg.seq, "reason", r.reason, "retry_in", b.wait)
+		q.seqs = append([]queued{r.msg}, q.seqs...)
 		return
 	}
 	if err != nil && !errors.Is(err, spool.ErrNotFound) {
 		// Try again later; a message delivered again is answered already_delivered.
-		f.warn.Warn("spool_write", "one-way spool write failed", "seq", r.seq, "err", err)
+		f.warn.Warn("spool_write", "one-way spool write failed", "seq", r.msg.seq, "err", err)
 		b.wait = min(max(2*b.wait, 100*time.Millisecond), f.ow.RetryMax)
 		b.until = time.Now().Add(b.wait)
-		q.seqs = append([]uint64{r.seq}, q.seqs...)
+		q.seqs = append([]queued{r.msg}, q.seqs...)
 	}
 }
 
@@ -245,9 +259,9 @@ func (f *forwarder) deleteDelivered() {
 }
 
 // deliver sends one message to its origin and classifies the answer.
-func (f *forwarder) deliver(ctx context.Context, seq uint64, g groupKey) deliveryResult {
-	r := deliveryResult{seq: seq, group: g}
-	msg, err := f.ow.Spool.Get(seq)
+func (f *forwarder) deliver(ctx context.Context, q queued, g groupKey) deliveryResult {
+	r := deliveryResult{msg: q, group: g}
+	msg, err := f.ow.Spool.Get(q.seq)
 	if errors.Is(err, spool.ErrNotFound) {
 		r.outcome = outcomeGone
 		return r

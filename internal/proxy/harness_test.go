@@ -179,9 +179,10 @@ type envConfig struct {
 	// StreamFlushDelay is the origin's OriginConfig.StreamFlushDelay.
 	StreamFlushDelay time.Duration
 	// OneWay is the edge's EdgeConfig.OneWay; Ledger and RedeliverInDoubt the origin's.
-	OneWay           *OneWayConfig
-	Ledger           *ledger.Ledger
-	RedeliverInDoubt bool
+	OneWay            *OneWayConfig
+	Ledger            *ledger.Ledger
+	RedeliverInDoubt  bool
+	OneWayConcurrency int
 }
 
 // testEnv is a running edge ⇄ tunnel ⇄ origin pair on loopback.
@@ -236,7 +237,8 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 
 	// Origin serving accepted streams.
 	origin, err := NewOrigin(OriginConfig{Node: "origin-test", Upstreams: cfg.Upstreams, Limits: Limits{ExchangeTimeout: testDeadline},
-		StreamFlushDelay: cfg.StreamFlushDelay, Ledger: cfg.Ledger, RedeliverInDoubt: cfg.RedeliverInDoubt}, cfg.Metrics, nil)
+		StreamFlushDelay: cfg.StreamFlushDelay, Ledger: cfg.Ledger, RedeliverInDoubt: cfg.RedeliverInDoubt,
+		OneWayConcurrency: cfg.OneWayConcurrency}, cfg.Metrics, nil)
 	require.NoError(t, err)
 	e.origin = origin
 	var serving sync.WaitGroup

@@ -36,11 +36,11 @@ type OneWayConfig struct {
 	// (default 202 Accepted, what WS-I Basic Profile R2750 asks of a one-way operation;
 	// 200 for clients that want it, though zeep fails on an empty 200).
 	AcceptStatus int
-	// Deliveries is how many messages are delivered at once (default 64): the messages in
-	// flight on the link, and the one-way calls the server runs at once. A link carries
-	// at most Deliveries messages per round trip: on a long or fast link, raise it toward
-	// its bandwidth × RTT / message size. Ordered makes it one at a time per upstream, in
-	// the order the edge accepted them.
+	// Deliveries is how many messages are in flight to the origins at once (default
+	// DefaultOneWayDeliveries; at most 32 MiB of them). A link carries at most this many
+	// per round trip. The origin runs at most origin.one_way.max_concurrent of them at
+	// the server at once (OriginConfig.OneWayConcurrency). Ordered makes it one at a time
+	// per upstream, in the order the edge accepted them.
 	Deliveries int
 	Ordered    bool
 	// RetryMax caps the wait between delivery attempts to a peer that failed (default
@@ -52,10 +52,10 @@ type OneWayConfig struct {
 	DeadLetters *bool
 }
 
-// DefaultOneWayDeliveries is OneWayConfig.Deliveries when unset: enough for a GPRS link
-// (1.4 s RTT, 45 Stress messages/s) to be full, few enough for a legacy server to run at
-// once (Axis and Tomcat thread pools are 100-200).
-const DefaultOneWayDeliveries = 64
+// DefaultOneWayDeliveries is OneWayConfig.Deliveries when unset: enough to fill a GPRS
+// link (1.4 s RTT, about 100 coded Stress messages/s) or a 3G one at the rate a 2-core
+// gateway delivers. The server is shielded by the origin's own bound.
+const DefaultOneWayDeliveries = 256
 
 // OneWayOperation marks requests as one-way. Empty fields match everything; at least one
 // of Action and Operation is set.

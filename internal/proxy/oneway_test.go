@@ -336,3 +336,31 @@ func TestOneWayOrderedKeepsOrderAcrossRetries(t *testing.T) {
 	}
 	require.Equal(t, want, order)
 }
+
+// TestOneWayOriginBoundsServerConcurrency: the edge keeps many deliveries in flight; the
+// server gets at most OneWayConcurrency of them at once.
+func TestOneWayOriginBoundsServerConcurrency(t *testing.T) {
+	var running, peak atomic.Int32
+	gate := make(chan struct{})
+	env := newOneWayEnv(t, func(n int, r upstreamReq) ([]byte, bool) {
+		now := running.Add(1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		}
+		<-gate
+		running.Add(-1)
+		return accepted202()(n, r)
+	}, func(ow *OneWayConfig, c *envConfig) { ow.Deliveries, c.OneWayConcurrency = 32, 3 })
+	defer closeStores(t, env)
+	c := env.dial()
+	const n = 12
+	for i := range n {
+		c.send(notifyRequest(i))
+		resp, _ := c.read("POST")
+		require.Equal(t, 202, resp.StatusCode)
+	}
+	waitFor(t, "three at the server", func() bool { return running.Load() == 3 })
+	close(gate)
+	waitFor(t, "delivered", func() bool { return env.spool.Stats().Messages == 0 })
+	require.Len(t, env.up.requests(), n)
+	require.Equal(t, int32(3), peak.Load(), "never more than the origin's bound at once")
+}

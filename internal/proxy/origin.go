@@ -35,6 +35,7 @@ type Origin struct {
 	held     *heldStore    // responses kept for edges to collect after a cut; nil: off
 
 	warnOneWayOff *ratelog.Limiter
+	oneWaySlots   chan struct{} // semaphore: OriginConfig.OneWayConcurrency
 
 	flushDelay time.Duration // cfg.StreamFlushDelay or its default
 }
@@ -68,6 +69,10 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
 		flushDelay: cfg.StreamFlushDelay}
 	o.warnOneWayOff = ratelog.New(o.log, time.Minute)
+	if cfg.OneWayConcurrency <= 0 {
+		cfg.OneWayConcurrency = DefaultOneWayConcurrency
+	}
+	o.oneWaySlots = make(chan struct{}, cfg.OneWayConcurrency)
 	if o.flushDelay <= 0 {
 		o.flushDelay = DefaultStreamFlushDelay
 	}
@@ -141,6 +146,15 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		defer oneWay.finish()
 		if x.req.ContentLength >= 0 {
 			x.beforeLastByte = oneWay.markSent
+		}
+		// An edge keeps many deliveries in flight to fill a long link; the server gets
+		// at most OneWayConcurrency of them at once, the rest wait here.
+		select {
+		case o.oneWaySlots <- struct{}{}:
+			defer func() { <-o.oneWaySlots }()
+		case <-ctx.Done():
+			o.log.Warn("one-way delivery not sent: no slot before its deadline", "message", x.id(), "max_concurrent", cap(o.oneWaySlots))
+			return
 		}
 	} else if o.held != nil {
 		h, how := o.held.begin(x.req.ExchangeID, st)
