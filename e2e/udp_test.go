@@ -6,6 +6,8 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -13,6 +15,7 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -506,4 +509,52 @@ func TestUDPAddressChangeMidExchange(t *testing.T) {
 	require.Positive(t, metricSum(t, origin.admin, "soapgw_udp_path_changes_total"), "the origin moved the connection to the new address")
 	require.Equal(t, dials, metricSum(t, edge.admin, "soapgw_udp_dials_total", "result=ok"), "no reconnect")
 	require.Len(t, up.Requests(), 6, "each call executed once")
+}
+
+// TestUDPOriginRestartResetsConnections: the origin is killed (SIGKILL) and started
+// again. Its UDP tunnel connections died with it, which an edge would otherwise learn
+// only from its keepalive timeout (25 s), every call meanwhile hanging. The new process
+// answers their next packet with a stateless reset (its key derives from the same
+// credential), so the edge reconnects at once. The call that met the dead connection
+// ends with an honest gateway fault (its request went out; the new process cannot say
+// whether the old one ran it), and the next call is answered byte for byte, all within a
+// few seconds of the restart.
+func TestUDPOriginRestartResetsConnections(t *testing.T) {
+	up := ccStartUpstream(t)
+	a := newPairAddrs(t)
+	originCfg := originYAML(a, up.URL, "")
+	origin := startGateway(t, a.OriginAdmin, originCfg)
+	startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, a.Tunnel, ""))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	call := func(k int) (ok bool, fault string) {
+		body := ccBody(3, k)
+		action := fmt.Sprintf("urn:restart-%d", k)
+		got, err := ccRaw10(ctx, a.Edge, "/svc", action, body)
+		require.NoError(t, err)
+		if m := rsErrorField.FindSubmatch(got); m != nil {
+			return false, string(m[1])
+		}
+		want, err := ccRaw10(ctx, up.Listener.Addr().String(), "/svc", action, body)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+		return true, ""
+	}
+	ok, fault := call(1)
+	require.True(t, ok, fault)
+	origin.signal(syscall.SIGKILL, 5*time.Second)
+	startGateway(t, a.OriginAdmin, originCfg)
+	start := time.Now()
+	var faults []string
+	for k := 2; ; k++ {
+		ok, fault := call(k)
+		if ok {
+			break
+		}
+		faults = append(faults, fault)
+		require.Less(t, len(faults), 3, "calls keep failing after the restart: %v", faults)
+	}
+	took := time.Since(start)
+	t.Logf("first answered call %s after the origin's restart; faults before it: %v", took.Round(time.Millisecond), faults)
+	require.Less(t, took, 10*time.Second, "the edge waited for its keepalive instead of a stateless reset")
 }

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	quicgo "github.com/quic-go/quic-go"
 
 	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/peerauth"
@@ -189,15 +192,42 @@ func (g *gateway) startUDPOrigin(o *config.OriginConfig, cs *codecs, enc tunnel.
 	g.udpLn = pc
 	origin := g.origin
 	g.udpSrv = quictun.NewServer(quictun.ServerConfig{
-		Session:          cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15e9, KeepaliveTimeout: 10e9}, enc),
-		TLS:              g.originAuth.TLSConfig(quictun.ALPN),
-		Verify:           g.originAuth.VerifyEdge,
-		HandshakeTimeout: o.HandshakeTimeout,
-		MaxConnections:   o.MaxConnections,
-		MaxStreams:       int64(o.MaxStreams), // 0: the QUIC tunnel's default
-		SequencedWindow:  cs.cfg.UDPWindow,
+		Session:           cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15e9, KeepaliveTimeout: 10e9}, enc),
+		TLS:               g.originAuth.TLSConfig(quictun.ALPN),
+		Verify:            g.originAuth.VerifyEdge,
+		HandshakeTimeout:  o.HandshakeTimeout,
+		MaxConnections:    o.MaxConnections,
+		MaxStreams:        int64(o.MaxStreams), // 0: the QUIC tunnel's default
+		SequencedWindow:   cs.cfg.UDPWindow,
+		StatelessResetKey: statelessResetKey(g.cfg.Node, o),
 	}, g.udpMetrics, g.log.With("role", "origin", "transport", "udp"), func(ctx context.Context, st *quictun.Stream) {
 		origin.ServeStream(ctx, st)
 	})
 	return nil
+}
+
+// statelessResetKey derives the origin's QUIC stateless reset key from what stays the
+// same across its restarts: its node name and its tunnel credential (the shared key file
+// or inline key, else the TLS key file). A restarted origin then resets the connections
+// of the process before it at the edges' next packet, and they reconnect at once instead
+// of after the keepalive timeout. Knowing the key lets one kill connections, so it comes
+// from the secret and a label, never from the secret alone.
+func statelessResetKey(node string, o *config.OriginConfig) *quicgo.StatelessResetKey {
+	h := sha256.New()
+	h.Write([]byte("soapgw quic stateless reset key v1\x00" + node + "\x00"))
+	switch {
+	case o.Auth != nil && o.Auth.KeyFile != "":
+		if b, err := os.ReadFile(o.Auth.KeyFile); err == nil {
+			h.Write(b)
+		}
+	case o.Auth != nil && o.Auth.Key != "":
+		h.Write([]byte(o.Auth.Key))
+	case o.TLS != nil && o.TLS.KeyFile != "":
+		if b, err := os.ReadFile(o.TLS.KeyFile); err == nil {
+			h.Write(b)
+		}
+	}
+	var k quicgo.StatelessResetKey
+	copy(k[:], h.Sum(nil))
+	return &k
 }

@@ -39,6 +39,12 @@ type ServerConfig struct {
 	MaxStreams int64
 	// MaxConnections bounds the authenticated connections (default 1024).
 	MaxConnections int
+	// StatelessResetKey, when set, lets the origin answer a packet of a connection it
+	// does not know with a stateless reset (RFC 9000 §10.3). Set it to the same value
+	// across restarts (derive it from a stable secret): an edge whose origin was
+	// restarted then learns at its next packet that its connections are gone and
+	// reconnects at once, instead of waiting for the keepalive to time out.
+	StatelessResetKey *quicgo.StatelessResetKey
 	// SequencedWindow is as PeerConfig.SequencedWindow, for responses.
 	SequencedWindow int
 }
@@ -135,7 +141,7 @@ func (s *Server) Serve(pc net.PacketConn) error {
 	if s.cfg.Verify == nil || s.cfg.TLS == nil {
 		return errors.New("quic tunnel: server needs TLS and Verify")
 	}
-	tr := &quicgo.Transport{Conn: pc}
+	tr := &quicgo.Transport{Conn: pc, StatelessResetKey: s.cfg.StatelessResetKey}
 	ln, err := tr.Listen(s.cfg.TLS, quicConfig(s.session, s.cfg.MaxStreams, s.cfg.HandshakeTimeout, true))
 	if err != nil {
 		_ = tr.Close()
