@@ -214,9 +214,10 @@ func deadLetters(t *testing.T, path string) map[int]string {
 // through the UDP tunnel over a link that loses 3 % of datagrams each way (and
 // duplicates and delays some), while the edge is killed (SIGKILL) and restarted, then the
 // origin, then the link is cut for 10 s. The server receives every acknowledged message
-// exactly once, byte for byte, and no message twice. The only acknowledged message the
-// gateway may not deliver is one in doubt (the origin was killed after the server had it
-// whole and before its answer): it is kept as a dead letter, never sent again.
+// exactly once, byte for byte, and no message twice. The only acknowledged messages the
+// gateway may not deliver are those in doubt (the origin was killed between recording
+// "sent" and the answer, with at most 16 at the server): they are kept as dead letters,
+// never sent again, and the server got each at most once.
 func TestOneWayExactlyOnceThroughFaults(t *testing.T) {
 	up := startOWUpstream(t, 20*time.Millisecond)
 	a := newPairAddrs(t)

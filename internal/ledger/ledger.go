@@ -16,8 +16,9 @@
 // it has not got whole (it cannot even parse the envelope), so an id still "sending"
 // after a crash was provably not run and is delivered again, while one "sent" whose
 // answer never came is in doubt: the server may or may not have run it, and nothing but
-// the server can tell. The window in which a message is in doubt although the server
-// never got it is the one write of its last byte.
+// the server can tell. A message is in doubt although the server never got it only when
+// the origin dies between the start of the "sent" record's sync and the last byte's
+// write: about a millisecond per delivery.
 //
 // The origin refuses to deliver an in-doubt id again unless told to (proxy's
 // RedeliverInDoubt), and the edge keeps the message as a dead letter for an operator.
