@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -19,6 +18,7 @@ import (
 	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
 	"github.com/soapgw/soapgw/internal/ledger"
+	"github.com/soapgw/soapgw/internal/proxy"
 	"github.com/soapgw/soapgw/internal/spool"
 )
 
@@ -419,7 +419,7 @@ type messageJSON struct {
 func messageInfo(m spool.Message) messageJSON {
 	j := messageJSON{Seq: m.Seq, ID: m.ID, Peer: m.Peer, Upstream: m.Upstream, Accepted: m.Accepted.UTC(), Size: len(m.Data)}
 	if req, _, err := splitMessage(m.Data); err == nil {
-		j.Method, j.Target, j.Action = req.Method, req.Target, soapAction(req.Header)
+		j.Method, j.Target, j.Action = req.Method, req.Target, proxy.SOAPAction(req.Header)
 	}
 	return j
 }
@@ -435,19 +435,6 @@ func splitMessage(data []byte) (*envelope.Request, []byte, error) {
 		return nil, nil, err
 	}
 	return req, body, nil
-}
-
-// soapAction is the request's SOAPAction (SOAP 1.1) or Content-Type action (SOAP 1.2).
-func soapAction(h httpwire.Header) string {
-	if a := strings.Trim(h.Get("SOAPAction"), `" `); a != "" {
-		return a
-	}
-	ct := h.Get("Content-Type")
-	if i := strings.Index(strings.ToLower(ct), "action="); i >= 0 {
-		a, _, _ := strings.Cut(ct[i+len("action="):], ";")
-		return strings.Trim(a, `" `)
-	}
-	return ""
 }
 
 func (o *spoolOptions) list(w, stderr io.Writer, sp *spool.Spool) error {

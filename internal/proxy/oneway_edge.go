@@ -102,7 +102,7 @@ func (c *OneWayConfig) validate() error {
 // isOneWay reports whether a request is for an operation marked one-way. body is the
 // whole request body.
 func (c *OneWayConfig) isOneWay(target string, h httpwire.Header, body []byte) bool {
-	action := soapActionOf(h)
+	action := SOAPAction(h)
 	op := ""
 	for i := range c.Operations {
 		w := &c.Operations[i]
@@ -123,23 +123,6 @@ func (c *OneWayConfig) isOneWay(target string, h httpwire.Header, body []byte) b
 		return true
 	}
 	return false
-}
-
-// soapActionOf is the request's SOAP action, unquoted: the SOAPAction field (SOAP 1.1) or
-// the action parameter of the Content-Type (SOAP 1.2).
-func soapActionOf(h httpwire.Header) string {
-	if a := strings.Trim(h.Get("SOAPAction"), `" `); a != "" {
-		return a
-	}
-	ct := h.Get("Content-Type")
-	if i := strings.Index(strings.ToLower(ct), "action="); i >= 0 {
-		a := ct[i+len("action="):]
-		if j := strings.IndexByte(a, ';'); j >= 0 {
-			a = a[:j]
-		}
-		return strings.Trim(a, `" `)
-	}
-	return ""
 }
 
 // acceptOneWay spools a one-way request (its whole body read) and acknowledges it. It

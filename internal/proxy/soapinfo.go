@@ -8,25 +8,28 @@ import (
 	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
-// operationOf names the SOAP operation of a request for metrics: the SOAPAction (SOAP
-// 1.1), the action parameter of the Content-Type (SOAP 1.2), or else the first element
-// inside the envelope's Body. body may be a prefix of the message. "" when unknown.
+// operationOf names the SOAP operation of a request for metrics: the last segment of
+// its SOAP action (SOAPAction), or else the first element inside the envelope's Body.
+// body may be a prefix of the message. "" when unknown.
 func operationOf(h httpwire.Header, body []byte) string {
-	if a := strings.Trim(h.Get("SOAPAction"), `" `); a != "" {
+	if a := SOAPAction(h); a != "" {
 		return lastSegment(a)
 	}
-	if ct := h.Get("Content-Type"); ct != "" {
-		if i := strings.Index(strings.ToLower(ct), "action="); i >= 0 {
-			a := ct[i+len("action="):]
-			if j := strings.IndexByte(a, ';'); j >= 0 {
-				a = a[:j]
-			}
-			if a = strings.Trim(a, `" `); a != "" {
-				return lastSegment(a)
-			}
-		}
-	}
 	return firstBodyElement(body)
+}
+
+// SOAPAction is a request's SOAP action, unquoted: the SOAPAction field (SOAP 1.1) or
+// the action parameter of the Content-Type (SOAP 1.2); "" when it has none.
+func SOAPAction(h httpwire.Header) string {
+	if a := strings.Trim(h.Get("SOAPAction"), `" `); a != "" {
+		return a
+	}
+	ct := h.Get("Content-Type")
+	if i := strings.Index(strings.ToLower(ct), "action="); i >= 0 {
+		a, _, _ := strings.Cut(ct[i+len("action="):], ";")
+		return strings.Trim(a, `" `)
+	}
+	return ""
 }
 
 // lastSegment reduces an action URI to its operation: "urn:Diary#addEntry" → addEntry,
