@@ -321,6 +321,29 @@ func (s *Spool) Get(seq uint64) (Message, error) {
 	return m, err
 }
 
+// pendingRecord returns seq's pending record (valid while the transaction is, until it
+// changes the bucket) and the size of its message, or ErrNotFound.
+func (s *Spool) pendingRecord(pending *bolt.Bucket, seq uint64) ([]byte, int64, error) {
+	v := pending.Get(seqKey(seq))
+	if v == nil {
+		return nil, 0, ErrNotFound
+	}
+	m, err := decode(seqKey(seq), v, s.id)
+	if err != nil {
+		return nil, 0, err
+	}
+	return v, int64(len(m.Data)), nil
+}
+
+// deletePending deletes seq from the pending messages and returns its message's size.
+func (s *Spool) deletePending(pending *bolt.Bucket, seq uint64) (int64, error) {
+	_, size, err := s.pendingRecord(pending, seq)
+	if err != nil {
+		return 0, err
+	}
+	return size, pending.Delete(seqKey(seq))
+}
+
 // DeleteMany removes delivered messages in one commit (a forwarder settles many at once;
 // a delete need not be synced alone: a message delivered again after a crash is answered
 // already_delivered by the origin). Seqs no longer pending are skipped.
@@ -329,19 +352,14 @@ func (s *Spool) DeleteMany(seqs []uint64) error {
 	err := s.commit.Do(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketPending)
 		for i, seq := range seqs {
-			sizes[i] = -1
-			v := b.Get(seqKey(seq))
-			if v == nil {
-				continue
-			}
-			m, err := decode(seqKey(seq), v, s.id)
-			if err != nil {
+			size, err := s.deletePending(b, seq)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				size = -1
+			case err != nil:
 				return err
 			}
-			if err := b.Delete(seqKey(seq)); err != nil {
-				return err
-			}
-			sizes[i] = int64(len(m.Data))
+			sizes[i] = size
 		}
 		return nil
 	})
@@ -360,19 +378,10 @@ func (s *Spool) DeleteMany(seqs []uint64) error {
 
 // Delete removes a delivered message.
 func (s *Spool) Delete(seq uint64) error {
-	var size int64 = -1
-	err := s.commit.Do(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketPending)
-		v := b.Get(seqKey(seq))
-		if v == nil {
-			return ErrNotFound
-		}
-		m, err := decode(seqKey(seq), v, s.id)
-		if err != nil {
-			return err
-		}
-		size = int64(len(m.Data))
-		return b.Delete(seqKey(seq))
+	var size int64
+	err := s.commit.Do(func(tx *bolt.Tx) (err error) {
+		size, err = s.deletePending(tx.Bucket(bucketPending), seq)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("spool delete %d: %w", seq, err)
@@ -391,16 +400,12 @@ func (s *Spool) Kill(seq uint64, reason string, answer []byte) error {
 	err := s.commit.Do(func(tx *bolt.Tx) error {
 		delta = 0
 		meta, pending, db := tx.Bucket(bucketMeta), tx.Bucket(bucketPending), tx.Bucket(bucketDead)
-		v := pending.Get(seqKey(seq))
-		if v == nil {
-			return ErrNotFound
-		}
-		m, err := decode(seqKey(seq), v, s.id)
+		v, msgSize, err := s.pendingRecord(pending, seq)
 		if err != nil {
 			return err
 		}
-		size = int64(len(m.Data))
-		rec := encodeDead(nil, v, reason, answer)
+		size = msgSize
+		rec := encodeDead(nil, v, reason, answer) // before the delete: v is the page's memory
 		if err := pending.Delete(seqKey(seq)); err != nil {
 			return err
 		}
