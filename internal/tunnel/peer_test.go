@@ -478,6 +478,10 @@ func TestPeerExtraSessionAtStreamLimit(t *testing.T) {
 		got, err := exchangeOn(st, []byte("three"))
 		require.NoError(t, err)
 		require.Equal(t, []byte("re:three"), got)
+		// The exchange's stream slot is freed once both ends' closes have crossed the
+		// pipe; let that settle so the next two opens find the extra session's two free
+		// slots instead of waiting for one (which would count a second "ok" wait).
+		synctest.Wait()
 
 		// MaxConnections reached: the next exchange waits for a stream (here: until its
 		// deadline) and no third session is dialled.
