@@ -71,7 +71,13 @@ func TestUDPCopyStartsExchangeWhoseStreamIsLost(t *testing.T) {
 		resp, err := p.call(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, append([]byte("echo:"), req...), resp)
-		require.True(t, dropped.Load())
+		if !dropped.Load() {
+			// No packet of that size left alone: on a busy machine the stream data can
+			// share a packet with its copy or an acknowledgement. Nothing was lost, so
+			// this attempt proves nothing either.
+			p.edgeSock.Load().setDrop(nil)
+			continue
+		}
 		if p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "early_start") == early+1 {
 			started = true
 			require.Equal(t, used+1, p.counter(t, "soapgw_udp_copies_total", "peer", "origin", "result", "used"), "the edge took the answer's copy")
