@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin/soapgw
 
-.PHONY: build test test-deps test-short demo bench bench-smoke bench-suite bench-targets pgo fuzz lint clean
+.PHONY: build test test-deps test-short demo bench bench-smoke bench-suite bench-targets bench-cpu pgo fuzz lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/soapgw
@@ -50,6 +50,11 @@ bench-targets:
 	$(GO) run ./cmd/soapgw bench --profiles loopback,lan,wlan,routed-wlan,wifi-27,3g,gprs \
 	  --scenarios stress --concurrency 1 --calls 300 --run-timeout 90s \
 	  --configs direct,nginx-pair,soapgw/identity,soapgw/token,soapgw/auto --out bench-results/targets
+
+# The issue #19 comparison: CPU per exchange of soapgw/auto against the nginx pair on
+# loopback, HTTP/1.0 and keep-alive clients, 1 and 16 at once, interleaved. ~2 min.
+bench-cpu:
+	$(GO) run ./cmd/soapgw bench cpu --out bench-results/cpu
 
 # Profile-guided optimisation. cmd/soapgw/default.pgo is a CPU profile of the gateway's
 # hot paths (the token codec's models, the tunnel, the HTTP relay), merged from their

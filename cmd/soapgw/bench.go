@@ -82,6 +82,7 @@ soapgw/identity and nginx-pair when nginx is installed.`,
 			return runBench(cmd, g, o, opts)
 		},
 	}
+	cmd.AddCommand(newBenchCPUCommand(g))
 	f := cmd.Flags()
 	f.StringVar(&o.profiles, "profiles", "", "link profiles, comma-separated (default: every emulated profile; see --list)")
 	f.StringVar(&o.profileFile, "profile-file", "", "YAML file of extra link profiles (linkemu format)")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -197,4 +198,60 @@ func TestBenchOneWayOnLoopback(t *testing.T) {
 	require.Contains(t, string(md), "## One-way messaging")
 	require.Contains(t, string(md), "| loopback | soapgw/identity |")
 	require.Contains(t, stdout, "delivered/s")
+}
+
+// TestBenchCPUOnLoopback: `soapgw bench cpu` runs every case through nginx-pair and
+// soapgw interleaved, byte-checked, and reports CPU per exchange per process with the
+// ratio to nginx-pair. It asserts that figures exist, never what they are.
+func TestBenchCPUOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gateway processes")
+	}
+	var nginxErr error
+	if bench.NginxPath() == "" {
+		nginxErr = errors.New("nginx not found")
+	}
+	testutil.Needs(t, "nginx", nginxErr, "apt-get install nginx")
+	exe := benchAsChild(t)
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "cpu", "--configs", "nginx-pair,soapgw/auto", "--rounds", "2", "--calls", "20",
+		"--binary", exe, "--out", out)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	var rep bench.CPUReport
+	require.NoError(t, json.Unmarshal(raw, &rep))
+	require.Equal(t, "nginx-pair", rep.Baseline)
+	require.Len(t, rep.Cases, 4, "http10 and http11, 1 and 16 clients")
+	for _, cs := range rep.Cases {
+		require.Len(t, cs.Results, 2)
+		for _, x := range cs.Results {
+			require.Equal(t, bench.StatusOK, x.Status, "%s c=%d %s: %s", cs.Client, cs.Concurrency, x.Config, x.Reason)
+			require.Equal(t, 40, x.Exchanges)
+			require.Len(t, x.RoundCPUMicros, 2)
+			require.Positive(t, x.CPUMicros)
+			require.Positive(t, x.CPURatio)
+			require.Len(t, x.ByProcess, 2, "both sides measured")
+			require.Positive(t, x.PeakRSS)
+		}
+		require.InDelta(t, 1.0, cs.Results[0].CPURatio, 1e-9, "the baseline against itself")
+	}
+	md, err := os.ReadFile(filepath.Join(out, "report.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "| http11 | 16 | soapgw/auto | 40 |")
+	require.Contains(t, stdout, "report: ")
+}
+
+func TestBenchCPURejectsBadOptions(t *testing.T) {
+	for _, args := range [][]string{
+		{"--clients", "http2"},
+		{"--scenario", "stress-oneway"},
+		{"--configs", "nope"},
+		{"--concurrency", "0"},
+		{"--rounds", "-1"},
+	} {
+		code, _, stderr := runCLI(t, append([]string{"bench", "cpu", "--out", t.TempDir()}, args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+	}
 }

@@ -107,7 +107,7 @@ func TestNginxPairGzipsAcrossTheLink(t *testing.T) {
 	c, err := net.Dial("tcp", st.Endpoints["origin"])
 	require.NoError(t, err)
 	defer c.Close()
-	req := appendRequest(nil, s.spec.Path, append(s.requestHeaders("x", 1), [2]string{"Accept-Encoding", "gzip"}), s.Calls[1].Request)
+	req := appendRequest(nil, "HTTP/1.0", s.spec.Path, append(s.requestHeaders("x", 1), [2]string{"Accept-Encoding", "gzip"}), s.Calls[1].Request)
 	req = []byte(strings.Replace(string(req), "HTTP/1.0", "HTTP/1.1", 1))
 	_, err = c.Write(req)
 	require.NoError(t, err)

@@ -290,7 +290,7 @@ var ErrMismatch = errors.New("response mismatch")
 // connection closed. It verifies the status and every byte of the response body; a
 // wrong response is an error wrapping ErrMismatch.
 func CallOnce(ctx context.Context, t Target, s *Scenario, i int) error {
-	req := appendRequest(nil, s.spec.Path, s.requestHeaders(t.Host, i), s.Calls[i].Request)
+	req := appendRequest(nil, "HTTP/1.0", s.spec.Path, s.requestHeaders(t.Host, i), s.Calls[i].Request)
 	conn, err := t.Site.DialContext(ctx, "tcp", t.Addr)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", t.Addr, ctxErr(ctx, err))
@@ -335,11 +335,13 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// appendRequest appends "POST path HTTP/1.0", the header fields in order, and the body.
-func appendRequest(b []byte, path string, hdr [][2]string, body []byte) []byte {
+// appendRequest appends "POST path <version>", the header fields in order, and the body.
+func appendRequest(b []byte, version, path string, hdr [][2]string, body []byte) []byte {
 	b = append(b, "POST "...)
 	b = append(b, path...)
-	b = append(b, " HTTP/1.0\r\n"...)
+	b = append(b, ' ')
+	b = append(b, version...)
+	b = append(b, "\r\n"...)
 	for _, f := range hdr {
 		b = append(b, f[0]...)
 		b = append(b, ": "...)

@@ -172,7 +172,7 @@ func TestReplayOneWay(t *testing.T) {
 	c, err := net.Dial("tcp", srv.Addr().String())
 	require.NoError(t, err)
 	defer c.Close()
-	_, err = c.Write(appendRequest(nil, s.spec.Path, s.requestHeaders("x", 0), s.Calls[0].Request))
+	_, err = c.Write(appendRequest(nil, "HTTP/1.0", s.spec.Path, s.requestHeaders("x", 0), s.Calls[0].Request))
 	require.NoError(t, err)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	require.NoError(t, err)

@@ -74,7 +74,7 @@ func TestAttachmentScenario(t *testing.T) {
 		h := s.requestHeaders("10.0.0.2:80", i)
 		require.Contains(t, h, [2]string{"SOAPAction", `"http://docs.example.com/DocumentService/GetDocument"`})
 		require.Contains(t, h, [2]string{"Content-Type", "text/xml; charset=utf-8"})
-		req := appendRequest(nil, s.spec.Path, h, c.Request)
+		req := appendRequest(nil, "HTTP/1.0", s.spec.Path, h, c.Request)
 		require.True(t, bytes.HasPrefix(req, []byte("POST /DocumentService/DocumentService.asmx HTTP/1.0\r\n")))
 	}
 	require.NotEqual(t, s.Calls[0].Response, s.Calls[1].Response)
@@ -93,7 +93,7 @@ func TestRequestHeaders(t *testing.T) {
 	soap12 := false
 	for i, c := range s.Calls {
 		h := s.requestHeaders("10.0.0.2:80", i)
-		req := appendRequest(nil, s.spec.Path, h, c.Request)
+		req := appendRequest(nil, "HTTP/1.0", s.spec.Path, h, c.Request)
 		require.True(t, bytes.HasPrefix(req, []byte("POST /axis/servlet/rpcrouter HTTP/1.0\r\n")))
 		require.Contains(t, string(req), "\r\nX-Bench-Call: charging/")
 		require.True(t, bytes.HasSuffix(req, c.Request))
@@ -149,7 +149,7 @@ func TestOneWayScenario(t *testing.T) {
 		require.Equal(t, spec.OneWayOperation, firstBodyElement(t, c.Request), "call %d", i)
 		h := ow.requestHeaders("10.0.0.2:80", i)
 		require.Contains(t, h, [2]string{"SOAPAction", `""`}, "the Stress requests carry no action: the edge matches the Body's element")
-		req := appendRequest(nil, ow.spec.Path, h, c.Request)
+		req := appendRequest(nil, "HTTP/1.0", ow.spec.Path, h, c.Request)
 		require.True(t, bytes.HasPrefix(req, []byte("POST /axis/services/CalendarOneWay HTTP/1.0\r\n")))
 	}
 	req, resp := ow.bytesPerCall()
