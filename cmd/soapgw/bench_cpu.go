@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -108,18 +109,21 @@ It writes DIR/results.json and DIR/report.md.`,
 	f.Int64Var(&o.Seed, "seed", trafficgen.DefaultSeed, "internal/trafficgen seed")
 	f.DurationVar(&o.RunTimeout, "run-timeout", bench.DefaultRunTimeout, "bound on one batch")
 	f.StringVar(&binary, "binary", "", "soapgw binary for the soapgw configurations (default: this executable)")
+	f.StringToStringVar(&o.Binaries, "binary-as", nil, "LABEL=PATH: another soapgw binary, run by configurations named <config>@LABEL (e.g. soapgw/auto@before), to compare builds in one run")
 	f.StringVar(&out, "out", "bench-results/cpu", "directory for results.json and report.md")
+	f.StringVar(&o.ProfileDir, "profile-dir", "", "after the rounds, record CPU profiles of the soapgw processes per case into this directory (admin pprof)")
+	f.DurationVar(&o.ProfileTime, "profile-time", 5*time.Second, "length of each profile")
 	f.StringVar(&o.WorkDir, "work-dir", "", "keep generated configurations and logs here (default: a temp dir, removed)")
 	return cmd
 }
 
 func printCPUSummary(w io.Writer, r *bench.CPUReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "client\tclients\tconfiguration\tstatus\texchanges\tCPU µs/exch\tx %s\texch/s\tx %s\tp50 ms\tp99 ms\tpeak RSS MiB\t\n", r.Baseline, r.Baseline)
+	fmt.Fprintf(tw, "client\tclients\tconfiguration\tstatus\texchanges\tCPU µs/exch\tx %s\texch/s\tx %s\tp50 ms\tp99 ms\tsyscalls/exch\twake-ups/exch\tpeak RSS MiB\t\n", r.Baseline, r.Baseline)
 	for _, cs := range r.Cases {
 		for _, x := range cs.Results {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f\t%.3f\t%.3f\t%.1f\t\n", cs.Client, cs.Concurrency, x.Config, x.Status,
-				x.Exchanges, x.CPUMicros, x.CPURatio, x.PerSec, x.PerSecRatio, x.Latency.P50, x.Latency.P99, float64(x.PeakRSS)/(1<<20))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t\n", cs.Client, cs.Concurrency, x.Config, x.Status,
+				x.Exchanges, x.CPUMicros, x.CPURatio, x.PerSec, x.PerSecRatio, x.Latency.P50, x.Latency.P99, x.IOCalls, x.Wakeups, float64(x.PeakRSS)/(1<<20))
 		}
 	}
 	_ = tw.Flush()

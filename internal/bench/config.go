@@ -29,6 +29,9 @@ type Env struct {
 	// OneWayDeliveries is how many one-way messages a gateway delivers at once (0: its
 	// default).
 	OneWayDeliveries int
+	// Pprof asks the gateways for their profiling endpoints (soapgw: admin.pprof),
+	// reachable at Started.Endpoints' "<role>-admin" addresses.
+	Pprof bool
 }
 
 // OneWayOperation names a one-way scenario's requests: those to a target under

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -42,8 +44,18 @@ type CPUOptions struct {
 
 	Binary    string   // soapgw executable for the soapgw configurations
 	BinaryEnv []string // extra environment for it
+	// Binaries are other soapgw executables by label: a configuration named
+	// "soapgw/auto@before" runs soapgw/auto with Binaries["before"], so a change is
+	// measured against the build before it in one interleaved run.
+	Binaries map[string]string
 	WorkDir   string   // configurations and logs (default: a temp dir, removed)
 	KeepWork  bool
+
+	// ProfileDir, if set, gets CPU profiles of the gateways that serve them (soapgw's
+	// admin pprof): after the rounds, each case runs through each such configuration
+	// for ProfileTime (default 5 s) while every process of it records a profile.
+	ProfileDir  string
+	ProfileTime time.Duration
 
 	Version     string
 	CommandLine string
@@ -79,6 +91,10 @@ type CPUResult struct {
 	// sides) divided by the exchanges; ByProcess splits it.
 	CPUMicros float64            `json:"cpu_us_per_exchange"`
 	ByProcess map[string]float64 `json:"cpu_us_per_exchange_by_process"`
+	// IOCalls and Wakeups per exchange, all middle-box processes: read/write-family
+	// system calls, and times a thread was scheduled (Usage.IOCalls, Usage.Slices).
+	IOCalls float64 `json:"io_syscalls_per_exchange"`
+	Wakeups float64 `json:"wakeups_per_exchange"`
 	// RoundCPUMicros is CPUMicros per round: how much the machine's noise moved it.
 	RoundCPUMicros []float64 `json:"cpu_us_per_exchange_by_round"`
 	PerSec         float64   `json:"exchanges_per_s"`
@@ -91,6 +107,8 @@ type CPUResult struct {
 	PerSecRatio float64 `json:"exchanges_per_s_ratio_to_baseline,omitempty"`
 
 	cpu       float64
+	ioCalls   uint64
+	slices    uint64
 	byProc    map[string]float64
 	latencies []time.Duration
 	elapsed   time.Duration
@@ -124,9 +142,12 @@ func (o CPUOptions) withDefaults() (CPUOptions, error) {
 	if o.Seed == 0 {
 		o.Seed = 1
 	}
+	if o.ProfileTime == 0 {
+		o.ProfileTime = 5 * time.Second
+	}
 	var errs []error
 	for _, name := range o.Configs {
-		if _, err := ConfigByName(name); err != nil {
+		if _, _, err := o.config(name); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -152,6 +173,21 @@ func (o CPUOptions) withDefaults() (CPUOptions, error) {
 		return o, &OptionsError{err}
 	}
 	return o, nil
+}
+
+// config resolves a configuration name, "name" or "name@label" (Binaries[label]), to
+// the configuration and the soapgw binary it runs.
+func (o CPUOptions) config(name string) (Config, string, error) {
+	base, label, labelled := strings.Cut(name, "@")
+	cfg, err := ConfigByName(base)
+	if err != nil || !labelled {
+		return cfg, o.Binary, err
+	}
+	bin, ok := o.Binaries[label]
+	if !ok || bin == "" {
+		return nil, "", fmt.Errorf("configuration %q: no binary labelled %q (--binary-as %s=PATH)", name, label, label)
+	}
+	return cfg, bin, nil
 }
 
 // CompareCPU runs the loopback CPU comparison. The error is for what stopped it from
@@ -205,14 +241,17 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 		}
 	}()
 	for i, name := range o.Configs {
-		cfg, _ := ConfigByName(name)
+		cfg, binary, _ := o.config(name)
 		info := ConfigInfo{Name: name, Profile: LoopbackProfile, Description: cfg.Describe(), Status: StatusOK}
-		dir := filepath.Join(work, fmt.Sprintf("%02d-%s", i, strings.ReplaceAll(name, "/", "-")))
+		if binary != o.Binary {
+			info.Description += " (binary " + binary + ")"
+		}
+		dir := filepath.Join(work, fmt.Sprintf("%02d-%s", i, strings.NewReplacer("/", "-", "@", "-").Replace(name)))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
 		env := &Env{Client: link.Client(), Server: link.Server(), Upstream: srv.Addr(), Dir: dir,
-			Binary: o.Binary, BinaryEnv: o.BinaryEnv, Profile: link.Profile()}
+			Binary: binary, BinaryEnv: o.BinaryEnv, Profile: link.Profile(), Pprof: o.ProfileDir != ""}
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		st, err := cfg.Start(sctx, env)
 		cancel()
@@ -290,6 +329,8 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 			d := max(after.CPUSeconds-before[j].CPUSeconds, 0)
 			cpu += d
 			r.byProc[pr.Name] += d
+			r.ioCalls += after.IOCalls - min(before[j].IOCalls, after.IOCalls)
+			r.slices += after.Slices - min(before[j].Slices, after.Slices)
 		}
 		r.cpu += cpu
 		r.Exchanges += len(out.latencies)
@@ -335,6 +376,24 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 			}
 		}
 	}
+	if o.ProfileDir != "" && ctx.Err() == nil {
+		for i, st := range started {
+			for ci := range rep.Cases {
+				cs := &rep.Cases[ci]
+				if st == nil || cs.Results[i].Status != StatusOK {
+					continue
+				}
+				files, err := profileCase(ctx, o, st, s, cs, o.Configs[i])
+				if err != nil {
+					return rep, fmt.Errorf("profiling %s: %w", o.Configs[i], err)
+				}
+				for _, f := range files {
+					logf("profile: %s", f)
+				}
+			}
+		}
+	}
+
 	base := slices.Index(o.Configs, rep.Baseline)
 	for ci := range rep.Cases {
 		cs := &rep.Cases[ci]
@@ -345,6 +404,8 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 				continue
 			}
 			r.CPUMicros = r.cpu / float64(r.Exchanges) * 1e6
+			r.IOCalls = float64(r.ioCalls) / float64(r.Exchanges)
+			r.Wakeups = float64(r.slices) / float64(r.Exchanges)
 			r.ByProcess = map[string]float64{}
 			for p, v := range r.byProc {
 				r.ByProcess[p] = v / float64(r.Exchanges) * 1e6
@@ -366,6 +427,79 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 		return rep, fmt.Errorf("interrupted: %w", err)
 	}
 	return rep, nil
+}
+
+// profileCase runs cs through st for o.ProfileTime while each process with a pprof
+// endpoint (Started.Endpoints' "<role>-admin") records a CPU profile into
+// o.ProfileDir/<config>-<client>-c<N>-<role>.pprof. None: no file, no calls.
+func profileCase(ctx context.Context, o CPUOptions, st *Started, s *Scenario, cs *CPUCase, config string) ([]string, error) {
+	var roles []string
+	for k := range st.Endpoints {
+		if strings.HasSuffix(k, "-admin") {
+			roles = append(roles, k)
+		}
+	}
+	if len(roles) == 0 {
+		return nil, nil
+	}
+	sort.Strings(roles)
+	if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+		return nil, err
+	}
+	secs := max(int(o.ProfileTime/time.Second), 1)
+	client := &http.Client{Timeout: time.Duration(secs)*time.Second + 30*time.Second}
+	files := make([]string, len(roles))
+	errs := make([]error, len(roles))
+	var wg sync.WaitGroup
+	for j, role := range roles {
+		files[j] = filepath.Join(o.ProfileDir, fmt.Sprintf("%s-%s-c%d-%s.pprof",
+			strings.NewReplacer("/", "-", "@", "-").Replace(config), cs.Client, cs.Concurrency, strings.TrimSuffix(role, "-admin")))
+		wg.Go(func() {
+			url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", st.Endpoints[role], secs)
+			errs[j] = fetchTo(ctx, client, url, files[j])
+		})
+	}
+	// Bounded in time (the profile's length) and in count: HTTP/1.0 clients open a
+	// connection per call, and tens of thousands in TIME_WAIT make new ones stall.
+	calls := 4000
+	call := func(ctx context.Context, k int) error { return CallOnce(ctx, st.Target, s, k%len(s.Calls)) }
+	if cs.Client == ClientHTTP11 {
+		kc := newKeepAliveClient(st.Target, s)
+		defer kc.Close()
+		call = func(ctx context.Context, k int) error { return kc.Call(ctx, k%len(s.Calls)) }
+		calls = 1_000_000
+	}
+	out := runCalls(ctx, 0, calls, cs.Concurrency, 30*time.Second, time.Duration(secs)*time.Second, call, nil)
+	wg.Wait()
+	if out.errors+out.mismatches > 0 {
+		return nil, fmt.Errorf("%s c=%d: %d errors, %d mismatches while profiling; first: %v", cs.Client, cs.Concurrency, out.errors, out.mismatches, out.firstErr)
+	}
+	return files, errors.Join(errs...)
+}
+
+func fetchTo(ctx context.Context, client *http.Client, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, b)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, io.LimitReader(resp.Body, 256<<20)); err != nil {
+		f.Close()
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return f.Close()
 }
 
 // Failures lists the configurations and cases that failed.
@@ -414,7 +548,8 @@ func WriteCPUMarkdown(w io.Writer, r *CPUReport) {
 	fmt.Fprintf(w, "Scenario %s; %d rounds of %d calls per case and configuration, configurations interleaved "+
 		"(the order rotates each round). CPU is the on-CPU time of every thread of the middle-box processes of both "+
 		"sides (soapgw: edge and origin; nginx: masters and workers) from /proc/<pid>/task/*/schedstat, sampled around "+
-		"each batch; the client and the replay server are not counted. http10: a TCP connection per call (legacy "+
+		"each batch, with the read/write-family system calls (/proc/<pid>/io syscr+syscw) and the times a thread was "+
+		"scheduled (schedstat's timeslices, about one per wake-up); the client and the replay server are not counted. http10: a TCP connection per call (legacy "+
 		"HTTP/1.0 stacks); http11: keep-alive, one connection per concurrent client, opened at the start of each batch. "+
 		"Ratios are to %s in the same case. Every response is checked byte for byte.\n\n", r.Scenario, r.Rounds, r.Calls, r.Baseline)
 	for _, c := range r.Configs {
@@ -422,21 +557,21 @@ func WriteCPUMarkdown(w io.Writer, r *CPUReport) {
 			fmt.Fprintf(w, "- %s: %s: %s\n", c.Name, c.Status, c.Reason)
 		}
 	}
-	fmt.Fprintf(w, "| client | clients | configuration | exchanges | CPU µs/exchange | × %s | by round (µs) | exchanges/s | × %s | p50 ms | p99 ms | peak RSS MiB |\n", r.Baseline, r.Baseline)
-	fmt.Fprintf(w, "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| client | clients | configuration | exchanges | CPU µs/exchange | × %s | by round (µs) | exchanges/s | × %s | p50 ms | p99 ms | I/O syscalls/exchange | wake-ups/exchange | peak RSS MiB |\n", r.Baseline, r.Baseline)
+	fmt.Fprintf(w, "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, cs := range r.Cases {
 		for _, x := range cs.Results {
 			if x.Status != StatusOK {
-				fmt.Fprintf(w, "| %s | %d | %s | %s: %s | | | | | | | | |\n", cs.Client, cs.Concurrency, x.Config, x.Status, mdCell(short(x.Reason, 200)))
+				fmt.Fprintf(w, "| %s | %d | %s | %s: %s | | | | | | | | | | |\n", cs.Client, cs.Concurrency, x.Config, x.Status, mdCell(short(x.Reason, 200)))
 				continue
 			}
 			rounds := make([]string, len(x.RoundCPUMicros))
 			for i, v := range x.RoundCPUMicros {
 				rounds[i] = fmt.Sprintf("%.0f", v)
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %s | %s | %.0f | %s | %.3f | %.3f | %.1f |\n",
+			fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %s | %s | %.0f | %s | %.3f | %.3f | %.1f | %.1f | %.1f |\n",
 				cs.Client, cs.Concurrency, x.Config, x.Exchanges, x.CPUMicros, ratio(x.CPURatio), strings.Join(rounds, " "),
-				x.PerSec, ratio(x.PerSecRatio), x.Latency.P50, x.Latency.P99, float64(x.PeakRSS)/(1<<20))
+				x.PerSec, ratio(x.PerSecRatio), x.Latency.P50, x.Latency.P99, x.IOCalls, x.Wakeups, float64(x.PeakRSS)/(1<<20))
 		}
 	}
 	fmt.Fprintf(w, "\nCPU µs per exchange by process:\n\n")

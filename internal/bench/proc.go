@@ -128,6 +128,12 @@ type Usage struct {
 	// are not counted. 0 when the kernel has no schedstat.
 	CPUSeconds float64 `json:"cpu_s"`
 	PeakRSS    int64   `json:"peak_rss_bytes"` // sum of VmHWM over the processes
+	// IOCalls counts the read- and write-family system calls (syscr + syscw of
+	// /proc/<pid>/io: read, write, recvmsg, sendmsg, ...), threads that ended included.
+	IOCalls uint64 `json:"io_syscalls"`
+	// Slices counts the times a thread was put on a CPU (schedstat's third field):
+	// about one per wake-up. Threads that ended are not counted.
+	Slices uint64 `json:"timeslices"`
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times; 100 on every Linux
@@ -146,7 +152,10 @@ func (p *Proc) Sample() (Usage, error) {
 		u.Processes++
 		u.UserSeconds += ut
 		u.SysSeconds += st
-		u.CPUSeconds += readSchedCPU(pid)
+		cpu, slices := readSched(pid)
+		u.CPUSeconds += cpu
+		u.Slices += slices
+		u.IOCalls += readIOCalls(pid)
 		if hwm, err := readHWM(pid); err == nil {
 			u.PeakRSS += hwm
 		}
@@ -257,26 +266,52 @@ func parseHWM(status []byte) (int64, error) {
 	return 0, errors.New("no VmHWM")
 }
 
-// readSchedCPU sums the on-CPU nanoseconds of the process's threads, in seconds.
-func readSchedCPU(pid int) float64 {
+// readSched sums the on-CPU time (in seconds) and the timeslices of the process's threads.
+func readSched(pid int) (float64, uint64) {
 	dir := filepath.Join("/proc", strconv.Itoa(pid), "task")
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	var ns uint64
+	var ns, slices uint64
 	for _, t := range tasks {
 		b, err := os.ReadFile(filepath.Join(dir, t.Name(), "schedstat"))
 		if err != nil {
 			continue
 		}
 		f := strings.Fields(string(b))
-		if len(f) == 0 {
+		if len(f) < 3 {
 			continue
 		}
 		if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
 			ns += v
 		}
+		if v, err := strconv.ParseUint(f[2], 10, 64); err == nil {
+			slices += v
+		}
 	}
-	return float64(ns) / 1e9
+	return float64(ns) / 1e9, slices
+}
+
+// readIOCalls returns syscr + syscw from /proc/<pid>/io (0 when it cannot be read).
+func readIOCalls(pid int) uint64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "io"))
+	if err != nil {
+		return 0
+	}
+	return parseIOCalls(b)
+}
+
+func parseIOCalls(b []byte) uint64 {
+	var n uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "syscr" && k != "syscw") {
+			continue
+		}
+		if x, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			n += x
+		}
+	}
+	return n
 }

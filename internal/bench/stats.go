@@ -82,7 +82,8 @@ func runCalls(ctx context.Context, first, n, concurrency int, callTimeout, limit
 	call func(ctx context.Context, i int) error, progress func(done int)) callOutcome {
 	concurrency = max(min(concurrency, n), 1)
 	start := time.Now()
-	runCtx, cancel := context.WithTimeout(ctx, limit)
+	limitAt := start.Add(limit)
+	runCtx, cancel := context.WithDeadline(ctx, limitAt)
 	defer cancel()
 
 	var (
@@ -118,8 +119,9 @@ func runCalls(ctx context.Context, first, n, concurrency int, callTimeout, limit
 					out.latencies = append(out.latencies, d)
 					out.okCalls = append(out.okCalls, first+k)
 					consecutive = 0
-				case runCtx.Err() != nil && ctx.Err() == nil && !errors.Is(err, ErrMismatch):
-					// cut by the batch's time limit: not the configuration's fault
+				case (runCtx.Err() != nil || !time.Now().Before(limitAt)) && ctx.Err() == nil && !errors.Is(err, ErrMismatch):
+					// cut by the batch's time limit: not the configuration's fault (a
+					// socket deadline taken from runCtx can fire before runCtx reports it)
 					out.started--
 					done--
 				default:
