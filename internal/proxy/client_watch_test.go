@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // Timeouts no stricter than the client's (issue #17, item 5), at the edge: a long exchange
@@ -22,15 +25,20 @@ func TestExchangeTimeoutDefault(t *testing.T) {
 // (the server sees the call abandoned) and both gateways free the exchange, long before
 // the exchange deadline.
 func TestClientResetAbortsUpstreamCall(t *testing.T) {
-	for _, chunked := range []bool{false, true} {
-		name := "content-length"
-		if chunked {
-			name = "chunked" // a streamed request: watched once the body is sent
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		chunked bool
+		delay   time.Duration
+	}{
+		{"content-length", false, 0},
+		{"chunked", true, 0}, // a streamed request: watched once the body is sent
+		{"content-length/watch-delay", false, clientWatchDelay}, // as in production: watched after clientWatchDelay
+	} {
+		chunked := tc.chunked
+		t.Run(tc.name, func(t *testing.T) {
 			addr, got, closed := thinkingUpstream(t)
 			ups := []Upstream{{Name: "up", Address: addr}}
-			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: Limits{ExchangeTimeout: time.Minute}})
+			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: Limits{ExchangeTimeout: time.Minute}, ClientWatchDelay: tc.delay})
 			require.NoError(t, env.origin.Reconfigure(ups, Limits{ExchangeTimeout: time.Minute}))
 
 			cl := env.dial()
@@ -72,4 +80,38 @@ func TestClientHalfCloseKeepsExchange(t *testing.T) {
 	resp, body := cl.read("POST")
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, "<ok/>", string(body))
+}
+
+// TestWatchClientDelayed: an exchange that ends before the watch delay never starts the
+// watch (no goroutine, no system call, the read deadline untouched); one that waits
+// longer is watched, and a reset then cancels it.
+func TestWatchClientDelayed(t *testing.T) {
+	client, server := testutil.TCPPair(t)
+	cc := &clientConn{Conn: server}
+	rd := time.Now().Add(time.Hour)
+	require.NoError(t, cc.SetReadDeadline(rd))
+
+	var cause error
+	stop := watchClient(cc, rd, time.Hour, func(err error) { cause = err })
+	before := runtime.NumGoroutine()
+	stop()
+	require.NoError(t, cause)
+	require.LessOrEqual(t, runtime.NumGoroutine(), before, "nothing was started")
+	_, err := client.Write([]byte("x"))
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = cc.Read(b)
+	require.NoError(t, err, "the read deadline is the exchange's, not a stop's")
+
+	gone := make(chan error, 1)
+	stop = watchClient(cc, rd, time.Millisecond, func(err error) { gone <- err })
+	defer stop()
+	require.NoError(t, client.(*net.TCPConn).SetLinger(0))
+	require.NoError(t, client.Close()) // RST
+	select {
+	case err := <-gone:
+		require.ErrorIs(t, err, errClientGone)
+	case <-time.After(testDeadline):
+		t.Fatal("the delayed watch did not see the reset")
+	}
 }

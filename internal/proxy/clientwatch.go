@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -23,10 +24,14 @@ var errClientGone = errors.New("the client reset its connection while waiting fo
 // do), and it cannot be told from a client that closed for good without writing to it.
 // Bytes from the client (a pipelined request) end the watch too: the client is there.
 //
-// The watch only peeks (MSG_PEEK): nothing is consumed. stop ends it, waits for its
-// goroutine and restores the read deadline rd that the exchange had set. Where the
-// connection is not a socket (or not on unix), nothing is watched.
-func watchClient(cc *clientConn, rd time.Time, cancel context.CancelCauseFunc) (stop func()) {
+// The watch only peeks (MSG_PEEK): nothing is consumed. It starts after delay: most
+// exchanges end within milliseconds, and a watch costs a goroutine, two wake-ups and
+// three system calls, a fifth of the edge's work per exchange on a fast link; a client
+// that gives up sooner holds its slots at most delay longer. stop ends it (waiting for
+// its goroutine and restoring the read deadline rd that the exchange had set), or
+// cancels it before it started. Where the connection is not a socket (or not on unix),
+// nothing is watched.
+func watchClient(cc *clientConn, rd time.Time, delay time.Duration, cancel context.CancelCauseFunc) (stop func()) {
 	if cc.pending {
 		return func() {} // a byte of a pipelined request is already in hand
 	}
@@ -34,24 +39,55 @@ func watchClient(cc *clientConn, rd time.Time, cancel context.CancelCauseFunc) (
 	if wait == nil {
 		return func() {}
 	}
-	done := make(chan struct{})
-	go func() {
+	var (
+		mu               sync.Mutex
+		started, stopped bool
+		done             = make(chan struct{})
+	)
+	watch := func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
+		}
+		started = true
+		mu.Unlock()
 		defer close(done)
 		if wait() {
 			cancel(errClientGone)
 		}
-	}()
+	}
+	var t *time.Timer
+	if delay <= 0 {
+		go watch()
+	} else {
+		t = time.AfterFunc(delay, watch)
+	}
 	return func() {
+		if t != nil && t.Stop() {
+			return // the exchange ended before the watch began
+		}
+		mu.Lock()
+		stopped = true
+		running := started
+		mu.Unlock()
+		if !running {
+			return
+		}
 		_ = cc.SetReadDeadline(time.Unix(1, 0)) // wakes the wait
 		<-done
 		_ = cc.SetReadDeadline(rd)
 	}
 }
 
+// clientWatchDelay is how long an exchange waits for the origin before its client is
+// watched (watchClient): far above an exchange on a LAN, far below any client timeout.
+const clientWatchDelay = 100 * time.Millisecond
+
 // startWatch starts watchClient for x once its request was read whole from the client.
 func (x *exchange) startWatch() {
 	if x.abandon != nil && x.stopWatch == nil {
-		x.stopWatch = watchClient(x.cc, x.deadline, x.abandon)
+		x.stopWatch = watchClient(x.cc, x.deadline, x.e.watchDelay, x.abandon)
 	}
 }
 

@@ -33,6 +33,10 @@ type Edge struct {
 	m      *Metrics
 	log    *slog.Logger
 
+	// watchDelay is how long an exchange waits for the origin before the edge watches
+	// its client for a reset (watchClient): clientWatchDelay; tests set 0.
+	watchDelay time.Duration
+
 	inflight chan struct{}    // semaphore: MaxConcurrentExchanges
 	refusing chan struct{}    // semaphore: goroutines answering refused connections
 	warn     *ratelog.Limiter // refusals a client could provoke by the thousand
@@ -88,11 +92,12 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 	e := &Edge{
 		abortCtx: abortCtx, abortAll: abortAll,
 		cfg: cfg, lim: lim, m: m, log: log.With("role", "edge"),
-		inflight:  make(chan struct{}, lim.MaxConcurrentExchanges),
-		refusing:  make(chan struct{}, maxRefusing),
-		warn:      ratelog.New(log.With("role", "edge"), 10*time.Second),
-		listeners: map[net.Listener]struct{}{},
-		conns:     map[*clientConn]struct{}{},
+		inflight:   make(chan struct{}, lim.MaxConcurrentExchanges),
+		refusing:   make(chan struct{}, maxRefusing),
+		warn:       ratelog.New(log.With("role", "edge"), 10*time.Second),
+		listeners:  map[net.Listener]struct{}{},
+		conns:      map[*clientConn]struct{}{},
+		watchDelay: clientWatchDelay,
 	}
 	e.routes.Store(&cfg.Routes)
 	e.cur.Store(&lim)

@@ -183,6 +183,9 @@ type envConfig struct {
 	Ledger            *ledger.Ledger
 	RedeliverInDoubt  bool
 	OneWayConcurrency int
+	// ClientWatchDelay is the edge's watchDelay: 0 (the default here) watches each
+	// client from the moment its request is read, so tests reach the watch at once.
+	ClientWatchDelay time.Duration
 }
 
 // testEnv is a running edge ⇄ tunnel ⇄ origin pair on loopback.
@@ -281,6 +284,7 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 		OneWay:      cfg.OneWay,
 	}, cfg.Metrics, nil)
 	require.NoError(t, err)
+	edge.watchDelay = cfg.ClientWatchDelay
 	e.edge = edge
 	var serveWG sync.WaitGroup
 	for _, name := range cfg.Listeners {

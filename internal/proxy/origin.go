@@ -247,6 +247,17 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
 func watchAbandon(ctx context.Context, st Stream, resumable func() bool) (_ context.Context, stop func()) {
+	abandoned := func() bool { return resumable == nil || !resumable() || resetByEdge(st) }
+	if f, ok := st.(interface{ FailContext() context.Context }); ok {
+		// No goroutine per exchange: the callback runs only if the stream fails.
+		ctx, cancel := context.WithCancelCause(ctx)
+		stopWatch := context.AfterFunc(f.FailContext(), func() {
+			if abandoned() {
+				cancel(errAbandoned)
+			} // else the connection died: the exchange goes on for a resume
+		})
+		return ctx, func() { stopWatch(); cancel(nil) }
+	}
 	d, ok := st.(interface{ Done() <-chan struct{} })
 	if !ok {
 		return ctx, func() {}
@@ -256,10 +267,9 @@ func watchAbandon(ctx context.Context, st Stream, resumable func() bool) (_ cont
 	go func() {
 		select {
 		case <-done:
-			if resumable != nil && resumable() && !resetByEdge(st) {
-				return // the connection died: the exchange goes on for a resume
-			}
-			cancel(errAbandoned)
+			if abandoned() {
+				cancel(errAbandoned)
+			} // else the connection died: the exchange goes on for a resume
 		case <-ctx.Done():
 		}
 	}()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"sync"
@@ -162,6 +163,15 @@ func benchCalls(b *testing.B, addr string, size, clients int) {
 	b.ReportAllocs()
 	b.SetBytes(int64(2 * size))
 	b.ResetTimer()
+	created := func() uint64 {
+		s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[0].Value.Uint64()
+	}
+	goroutines0 := created()
 	start := time.Now()
 	var wg sync.WaitGroup
 	var next sync.Mutex
@@ -197,4 +207,7 @@ func benchCalls(b *testing.B, addr string, size, clients int) {
 		b.ReportMetric(float64(all[len(all)*99/100].Nanoseconds())/1e3, "p99-µs")
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "exchanges/s")
+	// Goroutines started per exchange, client's included: each is a hand-off (and
+	// often a thread wake-up) on the data path.
+	b.ReportMetric(float64(created()-goroutines0-uint64(clients))/float64(b.N), "goroutines/op")
 }

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"context"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -55,12 +56,19 @@ type Stream struct {
 	scrc     uint32
 	werr     error
 	finished bool
+	// writing: a Write, Flush or CloseWrite runs; frames it queues are written by the
+	// operation itself when it ends (owed), through Session.kick, instead of waking
+	// sendLoop for each.
+	writing, owed bool
 
 	// failed is closed when the stream fails (Done); made on the first Done call, so
 	// streams nobody watches pay nothing. failedSet: fail ran.
 	failed    chan struct{}
 	failedSet bool
 	failErr   error // why it failed (Err)
+	// failCtx is cancelled when the stream fails (FailContext); made on first use.
+	failCtx    context.Context
+	failCancel context.CancelFunc
 
 	// coding
 	encoding     Encoding // from SetEncoding
@@ -116,6 +124,21 @@ func (st *Stream) SetReadDeadline(t time.Time) error { st.readDL.set(t); return 
 
 // SetWriteDeadline bounds Write, Flush and CloseWrite (waiting for window credit).
 func (st *Stream) SetWriteDeadline(t time.Time) error { st.writeDL.set(t); return nil }
+
+// FailContext returns a context cancelled when the stream fails, as Done is closed. A
+// watcher registers with context.AfterFunc on it and costs no goroutine until the
+// stream fails (the origin watches every exchange for the edge abandoning it).
+func (st *Stream) FailContext() context.Context {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.failCtx == nil {
+		st.failCtx, st.failCancel = context.WithCancel(context.Background())
+		if st.failedSet {
+			st.failCancel()
+		}
+	}
+	return st.failCtx
+}
 
 // Done returns a channel closed when the stream fails: reset by the peer or locally,
 // or its session lost. An exchange that completes cleanly never closes it. It tells
@@ -184,11 +207,47 @@ func (st *Stream) decideLocked() {
 	st.coding = st.encoding != nil && st.s.codedLimit > 0
 }
 
+// queuedLocked notes that frames of st were queued for the writer. st.mu is held. During
+// a write operation the operation writes them when it ends (endWriteLocked); otherwise
+// (a resend on its own goroutine) sendLoop is woken.
+func (st *Stream) queuedLocked() {
+	if st.writing {
+		st.owed = true
+		return
+	}
+	st.s.wake()
+}
+
+// beginWriteLocked starts a write operation. st.mu is held.
+func (st *Stream) beginWriteLocked() { st.writing = true }
+
+// endWriteLocked ends a write operation: it releases st.mu and writes what the
+// operation queued, on this goroutine if the connection's writer is free.
+func (st *Stream) endWriteLocked() {
+	owed := st.owed
+	st.writing, st.owed = false, false
+	st.mu.Unlock()
+	if owed {
+		st.s.kick()
+	}
+}
+
+// flushOwedLocked hands what the operation queued so far to sendLoop, before the
+// operation waits for something the peer can only send once it has those frames
+// (window credit). st.mu is held.
+func (st *Stream) flushOwedLocked() {
+	if st.owed {
+		st.owed = false
+		st.s.wake()
+	}
+}
+
 // Write buffers p into frames of the outgoing message (or, while the message is to be
 // coded, into the whole message).
 func (st *Stream) Write(p []byte) (int, error) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
+	st.beginWriteLocked()
+	defer st.endWriteLocked()
 	if st.werr != nil {
 		return 0, st.werr
 	}
@@ -234,7 +293,8 @@ func (st *Stream) Write(p []byte) (int, error) {
 // coded is sent as identity instead: a flushed message is being streamed.
 func (st *Stream) Flush() error {
 	st.mu.Lock()
-	defer st.mu.Unlock()
+	st.beginWriteLocked()
+	defer st.endWriteLocked()
 	if st.werr != nil {
 		return st.werr
 	}
@@ -261,6 +321,7 @@ func (st *Stream) CloseWrite() error {
 		st.mu.Unlock()
 		return nil
 	}
+	st.beginWriteLocked()
 	st.decideLocked()
 	if st.coding {
 		st.coding = false
@@ -272,21 +333,22 @@ func (st *Stream) CloseWrite() error {
 		id := st.s.chooseCodec(st.encoding, raw)
 		st.mu.Lock()
 		if st.werr != nil {
-			st.mu.Unlock()
-			return st.werr
+			err := st.werr
+			st.endWriteLocked()
+			return err
 		}
 		if id != 0 {
 			queued, err := st.s.enqueueCoded(st, raw, id)
 			if err != nil {
 				st.werr = err
-				st.mu.Unlock()
+				st.endWriteLocked()
 				return err
 			}
 			if queued {
 				st.codedOut = true
 				st.sdone = true
 				done := st.rdone
-				st.mu.Unlock()
+				st.endWriteLocked()
 				if done {
 					st.finish()
 				}
@@ -296,12 +358,12 @@ func (st *Stream) CloseWrite() error {
 		st.wbuf = raw // identity after all
 	}
 	if err := st.emitBufLocked(true, false); err != nil {
-		st.mu.Unlock()
+		st.endWriteLocked()
 		return err
 	}
 	st.sdone = true
 	done := st.rdone
-	st.mu.Unlock()
+	st.endWriteLocked()
 	if done {
 		st.finish()
 	}
@@ -364,6 +426,7 @@ func (st *Stream) emitLocked(data []byte, end bool) error {
 	}
 	for st.swindow < int64(size) {
 		st.s.m.stalls.Inc()
+		st.flushOwedLocked()
 		st.mu.Unlock()
 		var err error
 		select {
@@ -572,6 +635,9 @@ func (st *Stream) fail(err error, sendRST bool) {
 		st.failedSet, st.failErr = true, err
 		if st.failed != nil {
 			close(st.failed)
+		}
+		if st.failCancel != nil {
+			st.failCancel()
 		}
 	}
 	st.mu.Unlock()
