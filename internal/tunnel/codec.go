@@ -165,7 +165,7 @@ func (s *Session) enqueueCoded(st *Stream, raw []byte, codec uint8) (bool, error
 		s.ring = append(s.ring, st)
 	}
 	s.mu.Unlock()
-	s.wake()
+	st.queuedLocked()
 	return true, nil
 }
 

@@ -460,14 +460,18 @@ func TestCodedResetWhileQueued(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "re:<warm-up/>", string(got))
 
-	// Hold sendLoop inside a write, so that what follows stays queued.
+	// Hold the connection's writer inside a write, so that what follows stays queued. The
+	// Flush writes its frame itself (it finds the writer free) and blocks in the gate,
+	// holding the writer's token: later operations leave their frames to sendLoop, which
+	// waits for the token.
 	gate.pause()
 	a, err := c.OpenStream(context.Background())
 	require.NoError(t, err)
 	a.SetEncoding(nil)
 	_, err = a.Write([]byte("<a/>"))
 	require.NoError(t, err)
-	require.NoError(t, a.Flush())
+	flushed := make(chan error, 1)
+	go func() { flushed <- a.Flush() }()
 	require.Eventually(t, func() bool { return gate.blocked.Load() > 0 }, time.Second, time.Millisecond)
 
 	b, err := c.OpenStream(context.Background())
@@ -492,6 +496,7 @@ func TestCodedResetWhileQueued(t *testing.T) {
 	// c's message is queued behind the gate once it holds its retention reservation.
 	require.Eventually(t, func() bool { b, _ := c.retainedForTest(); return b > 0 }, 5*time.Second, time.Millisecond)
 	gate.resume()
+	require.NoError(t, <-flushed)
 	require.NoError(t, <-res)
 	require.NoError(t, a.CloseWrite())
 	_, err = io.ReadAll(a)

@@ -60,14 +60,21 @@ type Session struct {
 	ackArmed      bool
 	ackTimer      *time.Timer
 	resendsActive int // identity sends running on their own goroutine (sendIdentity)
-	// Owned by sendLoop:
+	// writeTok holds the writer's token (capacity 1): whoever took it owns bw and the
+	// fields below. sendLoop takes it when woken; a stream operation that queued frames
+	// takes it if it is free and writes them itself (kick), which saves a goroutine
+	// hand-off per message. A channel, not a mutex: waiting for it is a durable block
+	// (testing/synctest), and sendLoop can give up waiting when the session ends.
+	writeTok chan struct{}
+	ctrlOut  []queued // control frames taken from ctrlQ, being written
+	// Owned by the writer (writeTok):
 	encs       [frame.MaxCodecID + 1]MessageEncoder
 	encEpoch   uint64
 	encBuf     []byte
 	hdrBuf     []byte
-	cbuf       [8]byte               // a compact header being written (sendLoop only)
-	hdrOut     [frame.HeaderLen]byte // a header being written by write (sendLoop only)
-	compactOut uint32                // stream id of the last compact header written (sendLoop only)
+	cbuf       [8]byte               // a compact header being written (writer only)
+	hdrOut     [frame.HeaderLen]byte // a header being written by write (writer only)
+	compactOut uint32                // stream id of the last compact header written (writer only)
 	compactIn  uint32                // stream id of the last compact header read (recvLoop only)
 	trailerBuf [frame.TrailerLen]byte
 	// Owned by recvLoop:
@@ -136,9 +143,11 @@ func newSession(ctx context.Context, conn net.Conn, cfg *Config, client bool, m 
 		out:      progressWriter{conn: conn},
 		streams:  make(map[uint32]*Stream),
 		wsignal:  make(chan struct{}, 1),
+		writeTok: make(chan struct{}, 1),
 		acceptCh: make(chan *Stream, cfg.MaxStreams),
 		goAwayCh: make(chan struct{}),
 	}
+	s.writeTok <- struct{}{}
 	s.br = bufio.NewReaderSize(progressReader{conn, &s.lastRecv}, 64<<10)
 	s.bw = bufio.NewWriterSize(&s.out, 64<<10)
 	if client {
@@ -476,7 +485,7 @@ func (s *Session) enqueueData(st *Stream, build func(id uint32) queued) error {
 		s.ring = append(s.ring, st)
 	}
 	s.mu.Unlock()
-	s.wake()
+	st.queuedLocked()
 	return nil
 }
 
@@ -560,45 +569,30 @@ func (s *Session) next(ctrl []queued) ([]queued, outItem) {
 	return ctrl, outItem{}
 }
 
-// sendLoop is the connection's only writer. It drains everything queued into the buffered
-// writer and flushes once the queues are empty, so frames of concurrent exchanges share
-// TCP segments and syscalls under load, while a lone exchange is flushed at once.
+// sendLoop writes what the stream operations left queued: control frames (PING, window
+// updates, RST, acknowledgements, GOAWAY), frames queued while another goroutine held
+// the writer's token, and the rest of a backlog a kick left (see kick). It drains
+// everything queued into the buffered writer and flushes once the queues are empty, so
+// frames of concurrent exchanges share TCP segments and syscalls under load, while a
+// lone exchange is flushed at once.
+//
+// It returns holding the token after a failed write or a graceful close, so nothing is
+// written after those; when the session ends otherwise its connection is closed, and a
+// stream operation's write fails at once.
 func (s *Session) sendLoop() {
 	defer s.wg.Done()
-	var ctrl []queued
-	var it outItem
 	for {
 		select {
 		case <-s.wsignal:
 		case <-s.ctx.Done():
 			return
 		}
-		for {
-			ctrl, it = s.next(ctrl)
-			if len(ctrl) == 0 && !it.hasData && it.coded == nil {
-				break
-			}
-			for i, q := range ctrl {
-				if err := s.write(q); err != nil {
-					return
-				}
-				ctrl[i] = queued{}
-			}
-			var err error
-			switch {
-			case it.coded != nil:
-				err = s.writeCoded(it)
-			case it.ack > 0:
-				err = s.writeWithAck(it.data, it.ack)
-			case it.hasData:
-				err = s.write(it.data)
-			}
-			if err != nil {
-				return
-			}
+		select {
+		case <-s.writeTok:
+		case <-s.ctx.Done():
+			return
 		}
-		if err := s.bw.Flush(); err != nil {
-			s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
+		if ok, _ := s.drain(0); !ok {
 			return
 		}
 		if s.closing.Load() && s.queueEmpty() {
@@ -613,7 +607,71 @@ func (s *Session) sendLoop() {
 			s.closeWithError(ErrSessionClosed)
 			return
 		}
+		s.writeTok <- struct{}{}
 	}
+}
+
+// maxKickItems bounds what a stream operation writes for others when it holds the
+// writer's token: under load the queue never empties, and the exchange that happened to
+// take the token must get back to its own work. sendLoop writes the rest.
+const maxKickItems = 16
+
+// kick writes the queued frames on the calling goroutine if no other goroutine is
+// writing, else wakes sendLoop (which waits for the token and then writes them). Only
+// stream operations call it, with no lock held: never recvLoop, which must keep reading
+// whatever the connection's send side does.
+func (s *Session) kick() {
+	select {
+	case <-s.writeTok:
+	default:
+		s.wake()
+		return
+	}
+	ok, more := s.drain(maxKickItems)
+	s.writeTok <- struct{}{}
+	if ok && (more || s.closing.Load()) {
+		s.wake() // the rest of the backlog, or the graceful close, is sendLoop's
+	}
+}
+
+// drain writes the queued control frames and up to limit DATA items (0: until the
+// queues are empty), then flushes. The caller holds the writer's token. ok is false when the connection
+// failed (the session is closing); more reports that items were left queued.
+func (s *Session) drain(limit int) (ok, more bool) {
+	var it outItem
+	for n := 0; ; n++ {
+		if limit > 0 && n == limit {
+			more = true
+			break
+		}
+		s.ctrlOut, it = s.next(s.ctrlOut)
+		if len(s.ctrlOut) == 0 && !it.hasData && it.coded == nil {
+			break
+		}
+		for i, q := range s.ctrlOut {
+			if err := s.write(q); err != nil {
+				return false, false
+			}
+			s.ctrlOut[i] = queued{}
+		}
+		var err error
+		switch {
+		case it.coded != nil:
+			err = s.writeCoded(it)
+		case it.ack > 0:
+			err = s.writeWithAck(it.data, it.ack)
+		case it.hasData:
+			err = s.write(it.data)
+		}
+		if err != nil {
+			return false, false
+		}
+	}
+	if err := s.bw.Flush(); err != nil {
+		s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
+		return false, false
+	}
+	return true, more
 }
 
 // queueEmpty reports whether everything is written and settled: no frame queued, every
@@ -647,7 +705,7 @@ func (s *Session) write(q queued) error {
 }
 
 // appendHeader appends h's header in the shortest form: compact for small DATA frames
-// (see frame.IsCompact). Only sendLoop calls it, so compactOut needs no lock.
+// (see frame.IsCompact). Only the writer (writeTok) calls it.
 func (s *Session) appendHeader(dst []byte, h frame.Header) []byte {
 	if !h.Compactable() {
 		return h.Append(dst)
