@@ -14,12 +14,12 @@ import (
 // Message codecs on the tunnel.
 //
 // A message is coded whole: the sending Stream buffers it (up to MaxCodedMessage), and at
-// CloseWrite hands it to sendLoop, which encodes it and writes all its frames back to back.
+// CloseWrite hands it to the writer (see doc.go), which encodes it and writes all its frames back to back.
 // recvLoop assembles those frames, decodes the message and hands it to the stream. Both
 // loops are the connection's only writer and reader, so a stateful codec (the synchronized
 // token cache) sees its messages in the same order on both ends:
 //
-//	Stream.CloseWrite ─► ring ─► sendLoop: Encode (wire order) ─► START … END, contiguous
+//	Stream.CloseWrite ─► ring ─► writer: Encode (wire order) ─► START … END, contiguous
 //	recvLoop: assemble ─► Decode (wire order) ─► CRC-32C ─► Stream buffer ─► Read
 //	                   └► on failure: CODEC_NACK ─► sender resends the message as identity
 //
@@ -98,7 +98,7 @@ const (
 	maxKeptAssembly = 256 << 10
 )
 
-// codedMsg is a whole outgoing message queued for sendLoop to encode.
+// codedMsg is a whole outgoing message queued for the writer to encode.
 type codedMsg struct {
 	st    *Stream
 	raw   []byte
@@ -144,7 +144,7 @@ func (s *Session) chooseCodec(e Encoding, msg []byte) uint8 {
 	return id
 }
 
-// enqueueCoded queues st's whole message for sendLoop to encode. It reports false, and
+// enqueueCoded queues st's whole message for the writer to encode. It reports false, and
 // queues nothing, when the retention budget is full: the caller sends identity instead.
 func (s *Session) enqueueCoded(st *Stream, raw []byte, codec uint8) (bool, error) {
 	cost := len(raw) + retainOverhead
@@ -180,7 +180,7 @@ func (s *Session) releaseLocked(n int) {
 }
 
 // newEpoch starts the epoch after e unless that happened already. Every encoder is then
-// recreated (sendLoop notices the new epoch), and the peer starts fresh decoders when it
+// recreated (the writer notices the new epoch), and the peer starts fresh decoders when it
 // sees the first message of it.
 func (s *Session) newEpoch(e uint64) {
 	s.mu.Lock()
@@ -195,7 +195,7 @@ func (s *Session) newEpoch(e uint64) {
 	}
 }
 
-// encode encodes raw with the sendLoop-owned encoder of codec for epoch.
+// encode encodes raw with the writer-owned encoder of codec for epoch.
 func (s *Session) encode(codec uint8, epoch uint64, raw []byte) ([]byte, error) {
 	if epoch != s.encEpoch {
 		clear(s.encs[:])
@@ -216,7 +216,7 @@ func (s *Session) encode(codec uint8, epoch uint64, raw []byte) ([]byte, error) 
 }
 
 // writeCoded encodes a queued message and writes all its frames back to back, so the peer
-// decodes coded messages in the order they were encoded. It runs on sendLoop, which took
+// decodes coded messages in the order they were encoded. It runs on the writer, which took
 // the message from the ring: from there on the message is committed (encoded and sent
 // whole, even if the stream is reset meanwhile, so that both ends' codec state stays in
 // step). If the payload does not fit the stream's window or encoding fails, the message
@@ -290,7 +290,7 @@ func (s *Session) writeCoded(it outItem) error {
 	return nil
 }
 
-// fallbackIdentity sends a message sendLoop could not code as identity. The rest may have
+// fallbackIdentity sends a message the writer could not code as identity. The rest may have
 // to wait for window credit, so it goes on a goroutine; but the START frame is written here
 // and now, in the message's place: ids must first appear on the wire in increasing order,
 // or the peer would take this stream's START, arriving after a later stream's, for a late
@@ -559,7 +559,7 @@ func (s *Session) breakEpoch() {
 }
 
 // codedProcessedLocked counts one coded message processed (decoded or rejected) for the
-// acknowledgement. It goes out in the next START preamble sendLoop writes, or in a
+// acknowledgement. It goes out in the next START preamble the writer writes, or in a
 // CODEC_ACK after ackDelay (at once when ackBatch are pending). s.mu is held, so an ack
 // is queued after any CODEC_NACK for the messages it covers.
 func (s *Session) codedProcessedLocked() {
@@ -597,8 +597,8 @@ func (s *Session) ackTimeout() {
 // sendIdentity sends raw as the stream's whole message, as identity, on a goroutine of
 // the session: the normal flow-controlled path, which may wait for window credit. It is
 // how a coded message is resent after a CODEC_NACK (restore: the window the rejected
-// frames consumed, which the receiver restored too) and how sendLoop falls back (started:
-// sendLoop wrote the START frame). Nothing is sent for a dead stream; count, if not nil,
+// frames consumed, which the receiver restored too) and how the writer falls back (started:
+// the writer wrote the START frame). Nothing is sent for a dead stream; count, if not nil,
 // counts what is.
 func (st *Stream) sendIdentity(raw []byte, restore int64, started bool, count prometheus.Counter) {
 	st.mu.Lock()
