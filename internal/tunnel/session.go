@@ -616,11 +616,24 @@ func (s *Session) sendLoop() {
 // take the token must get back to its own work. sendLoop writes the rest.
 const maxKickItems = 16
 
+// maxKickStreams is the most exchanges a connection may carry for a stream operation to
+// write its frames itself. Beyond it sendLoop writes: by the time it runs, the frames of
+// several exchanges may be queued and leave in one system call, the batching that pays
+// under load, while a lone exchange saves the hand-off.
+const maxKickStreams = 2
+
 // kick writes the queued frames on the calling goroutine if no other goroutine is
-// writing, else wakes sendLoop (which waits for the token and then writes them). Only
-// stream operations call it, with no lock held: never recvLoop, which must keep reading
-// whatever the connection's send side does.
+// writing and the connection is not busy, else wakes sendLoop (which waits for the
+// token and then writes them). Only stream operations call it, with no lock held: never
+// recvLoop, which must keep reading whatever the connection's send side does.
 func (s *Session) kick() {
+	s.mu.Lock()
+	busy := len(s.streams)-s.lingering > maxKickStreams
+	s.mu.Unlock()
+	if busy {
+		s.wake()
+		return
+	}
 	select {
 	case <-s.writeTok:
 	default:
