@@ -149,13 +149,20 @@ func (p *Peer) RTT() time.Duration {
 // is at the peer's stream limit it asks for an extra session and waits for a free stream
 // until ctx is done; only then does it fail, with ErrStreamLimit.
 func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
-	wait := time.NewTimer(p.cfg.DialTimeout)
-	defer wait.Stop()
+	// The dial wait's timer is made only when a call has to wait: most find a stream at
+	// once, and a timer per exchange would be garbage at thousands a second.
+	var wait *time.Timer
+	defer func() {
+		if wait != nil {
+			wait.Stop()
+		}
+	}()
+	var candBuf [8]*Session
 	waitedAtLimit := false
 	for {
 		p.mu.Lock()
 		changed := p.changed
-		cands := make([]*Session, 0, len(p.sessions))
+		cands := candBuf[:0]
 		for _, kept := range []bool{true, false} {
 			for _, s := range p.sessions {
 				if p.extra[s] != kept && !s.Draining() && s.Err() == nil {
@@ -191,6 +198,9 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 		// for a stream to finish (sessions signal that while someone waits) or an extra
 		// session to come up. Waiting for a stream is bounded by ctx alone: the
 		// exchange's deadline, not the time a dial may take.
+		if wait == nil {
+			wait = time.NewTimer(p.cfg.DialTimeout)
+		}
 		dialWait := wait.C
 		if atLimit {
 			waitedAtLimit = true
