@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -557,4 +558,57 @@ func TestUDPOriginRestartResetsConnections(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("first answered call %s after the origin's restart; faults before it: %v", took.Round(time.Millisecond), faults)
 	require.Less(t, took, 10*time.Second, "the edge waited for its keepalive instead of a stateless reset")
+}
+
+// TestUDPClientGivesUpStopsUpstreamCall: over the UDP tunnel, a client that resets its
+// connection while the server is still thinking ends the call through both gateways: the
+// edge tells the origin (ABANDON), which closes its connection to the server, so the
+// server sees the call abandoned instead of finishing it for nobody.
+func TestUDPClientGivesUpStopsUpstreamCall(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	got, closed := make(chan struct{}, 1), make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { // a server that reads the call and never answers
+				defer c.Close()
+				br := bufio.NewReader(c)
+				line, err := br.ReadString('\n')
+				if err != nil || len(line) < 4 || line[:4] != "POST" {
+					return
+				}
+				got <- struct{}{}
+				_, _ = io.Copy(io.Discard, br) // until the origin closes the connection
+				closed <- struct{}{}
+			}()
+		}
+	}()
+	a := newPairAddrs(t)
+	startGateway(t, a.OriginAdmin, originYAML(a, "http://"+ln.Addr().String(), ""))
+	edge := startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, a.Tunnel, ""))
+	require.Eventually(t, func() bool { return metricSum(t, edge.admin, "soapgw_udp_connections") >= 1 }, 10*time.Second, 10*time.Millisecond)
+
+	c, err := net.Dial("tcp", a.Edge)
+	require.NoError(t, err)
+	body := `<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><think xmlns="urn:t"/></soap:Body></soap:Envelope>`
+	_, err = fmt.Fprintf(c, "POST /svc HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:think\"\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	require.NoError(t, err)
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call never reached the server")
+	}
+	require.NoError(t, c.(*net.TCPConn).SetLinger(0))
+	require.NoError(t, c.Close()) // RST: the client gave up
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's connection stayed open after the client went away: the origin was not told")
+	}
 }

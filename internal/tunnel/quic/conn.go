@@ -93,6 +93,9 @@ type conn struct {
 	early      int             // origin: exchanges started from a copy, stream not yet here
 	maxStreams int64
 	serve      func(*Stream) // origin: runs an exchange started from a copy
+	// served are the origin's open exchanges by stream id (guarded by regMu), for an
+	// edge's ABANDON to find.
+	served map[quicgo.StreamID]*Stream
 
 	lastWaited    atomic.Int64  // unix nanos of the last WAITED notice
 	waitedPending atomic.Uint64 // ms of a WAITED notice the ack timer sends
@@ -581,6 +584,13 @@ func (c *conn) readControl(br *bufio.Reader) {
 			}
 		case ctrlWaited:
 			c.window.waited()
+		case ctrlAbandon:
+			id, err := parseSeq(payload)
+			if err != nil {
+				c.close(closeProtocol, err.Error())
+				return
+			}
+			c.onAbandon(quicgo.StreamID(id))
 		case ctrlPing: // its packet did the work: it came from the edge's current address
 		case ctrlGoAway:
 			c.goingAway.Store(true)

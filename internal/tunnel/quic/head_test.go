@@ -2,6 +2,7 @@ package quic
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
@@ -57,6 +58,8 @@ func TestParseHeadRejects(t *testing.T) {
 func TestControlFrames(t *testing.T) {
 	b := appendCtrl(nil, ctrlAck, []byte{0x05})
 	require.Equal(t, "010105", hex.EncodeToString(b))
+	// ABANDON of stream 8 (the edge's third exchange stream after the control stream).
+	require.Equal(t, "060108", hex.EncodeToString(appendCtrl(nil, ctrlAbandon, binary.AppendUvarint(nil, 8))))
 	r := bytes.NewReader(append(b, appendCtrl(nil, ctrlGoAway, []byte("bye"))...))
 	typ, p, err := readCtrl(r, nil)
 	require.NoError(t, err)

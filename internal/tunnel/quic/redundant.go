@@ -318,8 +318,32 @@ func (c *conn) accepted(qs *quicgo.Stream) *Stream {
 	if c.copiesOn() {
 		c.exchanges[id] = st
 	}
+	if c.served == nil {
+		c.served = map[quicgo.StreamID]*Stream{}
+	}
+	c.served[id] = st
 	c.regMu.Unlock()
 	return st
+}
+
+// onAbandon fails the origin exchange of stream id, which the edge abandoned (ABANDON).
+// An exchange already over, or never here, is not looked for further.
+func (c *conn) onAbandon(id quicgo.StreamID) {
+	c.regMu.Lock()
+	st := c.served[id]
+	c.regMu.Unlock()
+	if st != nil {
+		st.abandon()
+	}
+}
+
+// unserve drops a closed origin exchange from served.
+func (c *conn) unserve(st *Stream) {
+	c.regMu.Lock()
+	if c.served[st.qs.StreamID()] == st {
+		delete(c.served, st.qs.StreamID())
+	}
+	c.regMu.Unlock()
 }
 
 // opened registers an exchange the edge opened, so its response's copy finds it.

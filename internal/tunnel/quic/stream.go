@@ -1,6 +1,8 @@
 package quic
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +40,9 @@ type Stream struct {
 	byCopy  bool // the message came in a copy: the stream's own bytes are never read
 
 	released atomic.Bool // Close was called
+	// headIn: the incoming message's head was read (hasHead, readable without rmu, which
+	// a blocked Read holds). abandonSent: the edge sent ABANDON for this exchange.
+	headIn, abandonSent atomic.Bool
 
 	wmu       sync.Mutex
 	encoding  tunnel.Encoding
@@ -55,6 +60,14 @@ type Stream struct {
 	rerr    error // sticky read error
 	closed  bool
 	onClose func() // the owner's bookkeeping, once
+
+	// Abandonment by the edge (origin streams, FailContext): failCtx is made on first
+	// use and cancelled by abandon.
+	failMu     sync.Mutex
+	failCtx    context.Context
+	failCancel context.CancelFunc
+	abandoned  bool
+	stopWatch  func() bool // ends the watch for the edge's STOP_SENDING
 }
 
 func newStream(c *conn, qs streamIO, onClose func()) *Stream {
@@ -271,6 +284,8 @@ func (st *Stream) readMessageHeadLocked() error {
 		if perr == nil {
 			st.gotHead.Store(true)
 			st.rhead, st.hasHead = h, true
+	st.headIn.Store(true)
+			st.headIn.Store(true)
 			if h.HasAck {
 				st.c.onAck(h.Ack)
 			}
@@ -379,6 +394,7 @@ func (st *Stream) deliverCopy(m []byte) error {
 	st.gotHead.Store(true)
 	st.byCopy = true
 	st.rhead, st.hasHead = h, true
+	st.headIn.Store(true)
 	st.c.m.copies.WithLabelValues("used").Inc()
 	if h.HasAck {
 		st.c.onAck(h.Ack)
@@ -430,6 +446,14 @@ func (st *Stream) readCoded(h head, have []byte, eof bool) error {
 // Close releases the stream. An unfinished exchange is reset; a sequenced message that
 // came in unread is still decoded, so the codec state stays in step with the peer.
 func (st *Stream) Close() error {
+	if !st.server && !st.headIn.Load() && st.c.err() == nil && st.abandonSent.CompareAndSwap(false, true) {
+		// The edge gives up before the response began (its client went away, its
+		// deadline passed): tell the origin first, which stops the upstream call and
+		// resets the stream, and so also ends a Read blocked on it here (it holds rmu).
+		// Whatever response was already under way is still read or drained below, so
+		// the codec lanes stay in step.
+		st.c.sendCtrl(ctrlAbandon, binary.AppendUvarint(nil, uint64(st.qs.StreamID())))
+	}
 	st.wmu.Lock()
 	if !st.wclosed {
 		st.wclosed = true
@@ -453,6 +477,14 @@ func (st *Stream) Close() error {
 	if st.c.copiesOn() {
 		st.c.forget(st)
 	}
+	if st.server {
+		st.c.unserve(st)
+		st.failMu.Lock()
+		if st.stopWatch != nil {
+			st.stopWatch()
+		}
+		st.failMu.Unlock()
+	}
 	if needDrain {
 		st.c.drain(st)
 	}
@@ -465,6 +497,43 @@ func (st *Stream) Close() error {
 		st.onClose()
 	}
 	return nil
+}
+
+// FailContext returns a context cancelled when the edge abandons the exchange: an
+// ABANDON control frame names its stream (the edge gave up before the response began),
+// or the edge stops reading it (STOP_SENDING) once it began. The origin watches it with
+// context.AfterFunc to stop an upstream call nobody waits for (proxy.watchAbandon).
+func (st *Stream) FailContext() context.Context {
+	st.failMu.Lock()
+	defer st.failMu.Unlock()
+	if st.failCtx != nil {
+		return st.failCtx
+	}
+	st.failCtx, st.failCancel = context.WithCancel(context.Background())
+	if st.abandoned {
+		st.failCancel()
+		return st.failCtx
+	}
+	if qs, ok := st.qs.(interface{ Context() context.Context }); ok {
+		qctx := qs.Context()
+		st.stopWatch = context.AfterFunc(qctx, func() {
+			var se *quicgo.StreamError
+			if errors.As(context.Cause(qctx), &se) && se.Remote {
+				st.abandon()
+			}
+		})
+	}
+	return st.failCtx
+}
+
+// abandon records that the edge abandoned the exchange.
+func (st *Stream) abandon() {
+	st.failMu.Lock()
+	defer st.failMu.Unlock()
+	st.abandoned = true
+	if st.failCancel != nil {
+		st.failCancel()
+	}
 }
 
 // notSentError is a failure before any byte of the exchange left: safe to retry.

@@ -139,6 +139,10 @@ const (
 	ctrlGoAway = 3 // UTF-8 reason: no new exchanges on this connection
 	ctrlWaited = 4 // uvarint ms: a sequenced message waited that long for an earlier one
 	ctrlPing   = 5 // empty: the edge hears nothing while it waits for responses (nudge.go)
+	// ctrlAbandon, edge only: uvarint stream id of an exchange the edge abandoned before
+	// its response began (its client went away, its deadline passed). The origin stops
+	// the upstream call; the edge still drains whatever response comes.
+	ctrlAbandon = 6
 )
 
 // maxCtrlPayload bounds a control frame's payload.

@@ -1,0 +1,87 @@
+package quic
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestUDPOriginLearnsEdgeAbandon: an edge that gives up on an exchange before its
+// response began (its client went away) tells the origin, whose FailContext ends, so the
+// origin stops an upstream call nobody waits for; a completed exchange never fires it.
+// Both with the token codec on, whose lanes must stay in step: the next calls are coded
+// and answered whole.
+func TestUDPOriginLearnsEdgeAbandon(t *testing.T) {
+	const abandonWait = 10 * time.Second
+	for _, codecs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "identity", true: "token"}[codecs], func(t *testing.T) {
+			p := newPair(t, pairOptions{codecs: codecs})
+			abandoned := make(chan bool, 4)
+			waiting := make(chan struct{}, 1)
+			p.setHandler(func(_ context.Context, st *Stream) {
+				defer st.Close()
+				req, err := io.ReadAll(st)
+				if err != nil {
+					return
+				}
+				if string(req) == "<slow/>" {
+					waiting <- struct{}{}
+					select { // the server thinks until the edge gives up (bounded)
+					case <-st.FailContext().Done():
+						abandoned <- true
+					case <-time.After(abandonWait):
+						abandoned <- false
+					}
+					return
+				}
+				fail := st.FailContext()
+				_, _ = st.Write(append([]byte("echo:"), req...))
+				_ = st.CloseWrite()
+				select {
+				case <-fail.Done():
+					abandoned <- true // a completed exchange must not look abandoned
+				default:
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*abandonWait)
+			defer cancel()
+			got, err := p.call(ctx, soapMessage(1, 400))
+			require.NoError(t, err)
+			require.Equal(t, append([]byte("echo:"), soapMessage(1, 400)...), got)
+
+			st, err := p.peer.OpenStream(ctx)
+			require.NoError(t, err)
+			_, err = st.Write([]byte("<slow/>"))
+			require.NoError(t, err)
+			require.NoError(t, st.CloseWrite())
+			// The origin has the request once its handler waits; then the edge gives up.
+			select {
+			case <-waiting:
+			case <-ctx.Done():
+				t.Fatal("the slow request never reached the origin's handler")
+			}
+			require.NoError(t, st.Close())
+			select {
+			case ok := <-abandoned:
+				require.True(t, ok, "the origin was never told the edge abandoned the exchange")
+			case <-ctx.Done():
+				t.Fatal("no answer from the handler")
+			}
+
+			for i := range 5 {
+				req := soapMessage(10+i, 400)
+				got, err := p.call(ctx, req)
+				require.NoError(t, err)
+				require.Equal(t, append([]byte("echo:"), req...), got)
+			}
+			select {
+			case <-abandoned:
+				t.Fatal("a completed exchange's FailContext ended")
+			default:
+			}
+		})
+	}
+}
