@@ -48,8 +48,8 @@ type CPUOptions struct {
 	// "soapgw/auto@before" runs soapgw/auto with Binaries["before"], so a change is
 	// measured against the build before it in one interleaved run.
 	Binaries map[string]string
-	WorkDir   string   // configurations and logs (default: a temp dir, removed)
-	KeepWork  bool
+	WorkDir  string // configurations and logs (default: a temp dir, removed)
+	KeepWork bool
 
 	// ProfileDir, if set, gets CPU profiles of the gateways that serve them (soapgw's
 	// admin pprof): after the rounds, each case runs through each such configuration

@@ -31,7 +31,7 @@ func TestClientResetAbortsUpstreamCall(t *testing.T) {
 		delay   time.Duration
 	}{
 		{"content-length", false, 0},
-		{"chunked", true, 0}, // a streamed request: watched once the body is sent
+		{"chunked", true, 0},                                    // a streamed request: watched once the body is sent
 		{"content-length/watch-delay", false, clientWatchDelay}, // as in production: watched after clientWatchDelay
 	} {
 		chunked := tc.chunked

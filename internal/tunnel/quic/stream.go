@@ -284,7 +284,7 @@ func (st *Stream) readMessageHeadLocked() error {
 		if perr == nil {
 			st.gotHead.Store(true)
 			st.rhead, st.hasHead = h, true
-	st.headIn.Store(true)
+			st.headIn.Store(true)
 			st.headIn.Store(true)
 			if h.HasAck {
 				st.c.onAck(h.Ack)
