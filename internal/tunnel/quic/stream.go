@@ -285,7 +285,6 @@ func (st *Stream) readMessageHeadLocked() error {
 			st.gotHead.Store(true)
 			st.rhead, st.hasHead = h, true
 			st.headIn.Store(true)
-			st.headIn.Store(true)
 			if h.HasAck {
 				st.c.onAck(h.Ack)
 			}
