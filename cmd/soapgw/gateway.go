@@ -21,6 +21,7 @@ import (
 	"github.com/soapgw/soapgw/internal/ledger"
 	"github.com/soapgw/soapgw/internal/peerauth"
 	"github.com/soapgw/soapgw/internal/proxy"
+	"github.com/soapgw/soapgw/internal/sockopt"
 	"github.com/soapgw/soapgw/internal/spool"
 	"github.com/soapgw/soapgw/internal/tunnel"
 	quictun "github.com/soapgw/soapgw/internal/tunnel/quic"
@@ -215,8 +216,10 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	}
 	// The origin pings too: it measures RTT for its own metrics and notices an edge
 	// whose host vanished (a half-open connection) instead of keeping it for good.
+	// An edge reading bulk responses over a slow link counts as alive while its kernel
+	// acknowledges them (PeerAcked), though our PING waits behind them.
 	scfg := cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second,
-		MaxStreams: uint32(o.MaxStreams)}, enc) // 0: the tunnel's default
+		MaxStreams: uint32(o.MaxStreams), PeerAcked: sockopt.PeerAcked}, enc) // MaxStreams 0: the tunnel's default
 	tm.InitHandshakes()
 	origin := g.origin
 	g.tunSrv = tunnel.NewServer(tunnel.ServerConfig{
@@ -374,6 +377,7 @@ func (g *gateway) startTCPPeer(ctx context.Context, p config.Peer, cs *codecs, e
 			Node:              g.cfg.Node,
 			KeepaliveInterval: p.KeepaliveInterval,
 			KeepaliveTimeout:  p.KeepaliveTimeout,
+			PeerAcked:         sockopt.PeerAcked,
 		}, enc),
 	}, tm, g.log.With("role", "edge"))
 }

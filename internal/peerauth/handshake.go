@@ -382,6 +382,9 @@ func (c *silentCloseConn) Read(p []byte) (int, error) {
 // CloseWrite half-closes the underlying connection, as the tunnel's graceful close needs.
 func (c *silentCloseConn) CloseWrite() error { return closeWrite(c.Conn) }
 
+// NetConn is the connection below, as tls.Conn's (socket options: internal/sockopt).
+func (c *silentCloseConn) NetConn() net.Conn { return c.Conn }
+
 type hintError struct {
 	err  error
 	hint string
@@ -418,3 +421,6 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 // kernel drop the last responses); without this method an insecure origin's sessions
 // lost that and were closed outright.
 func (c *prefixConn) CloseWrite() error { return closeWrite(c.Conn) }
+
+// NetConn is the connection below, as tls.Conn's (socket options: internal/sockopt).
+func (c *prefixConn) NetConn() net.Conn { return c.Conn }

@@ -780,3 +780,37 @@ func TestInsecureConnectionsHalfClose(t *testing.T) {
 		require.Equal(t, "last", string(got))
 	}
 }
+
+// TestHandshakeConnsReachTheSocket: the connections a handshake returns, in every mode,
+// lead through NetConn to the TCP socket, where the tunnel reads TCP_INFO (its keepalive
+// counts the peer's acknowledgements: internal/sockopt.BytesAcked).
+func TestHandshakeConnsReachTheSocket(t *testing.T) {
+	k := newTestKey(t)
+	for name, pair := range map[string]struct {
+		s ServerConfig
+		c ClientConfig
+	}{
+		"key":      {ServerConfig{Keys: testKeyring(t, k)}, ClientConfig{Keys: testKeyring(t, k)}},
+		"insecure": {ServerConfig{Insecure: true}, ClientConfig{Insecure: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewServer(pair.s)
+			require.NoError(t, err)
+			c, err := NewClient(pair.c)
+			require.NoError(t, err)
+			srv, cli := handshake(t, s, c)
+			require.NoError(t, srv.err)
+			require.NoError(t, cli.err)
+			for _, conn := range []net.Conn{srv.conn, cli.conn} {
+				for range 8 {
+					nc, ok := conn.(interface{ NetConn() net.Conn })
+					if !ok {
+						break
+					}
+					conn = nc.NetConn()
+				}
+				require.IsType(t, &net.TCPConn{}, conn)
+			}
+		})
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // tcpRTOMinUS is TCP_RTO_MIN_US from <linux/tcp.h> (Linux 6.14); the value is in µs.
@@ -73,4 +75,12 @@ func notSentLowat(fd uintptr) (int, error) {
 		return 0, fmt.Errorf("getsockopt TCP_NOTSENT_LOWAT: %w", err)
 	}
 	return v, nil
+}
+
+func bytesAcked(fd uintptr) (uint64, error) {
+	info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	if err != nil {
+		return 0, fmt.Errorf("getsockopt TCP_INFO: %w", err)
+	}
+	return info.Bytes_acked, nil
 }

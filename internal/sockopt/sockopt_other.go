@@ -18,3 +18,5 @@ func udpBuffers(syscall.RawConn) (int, int, error) { return 0, 0, ErrUnsupported
 func setNotSentLowat(uintptr, int) error { return ErrUnsupported }
 
 func notSentLowat(uintptr) (int, error) { return 0, ErrUnsupported }
+
+func bytesAcked(uintptr) (uint64, error) { return 0, ErrUnsupported }

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -51,6 +52,16 @@ type Config struct {
 	// (each 64 KiB written), not a whole flush, so a long queue on a slow link is not a
 	// failure.
 	WriteTimeout time.Duration
+	// PeerAcked, if set, reports how many bytes the peer's transport has acknowledged on
+	// conn so far (TCP_INFO's bytes_acked; cmd wires internal/sockopt), false when the
+	// system cannot tell. While that count grows by more than a PING's worth, the peer
+	// counts as alive for the keepalive: on a slow link the answer to our PING waits
+	// behind the bulk data queued ahead of it in the socket and the network (32 KiB plus
+	// the link's queue: tens of seconds at 40 kbit/s), longer than KeepaliveTimeout,
+	// while the acknowledgements show the peer taking that data. A peer whose process
+	// hangs stops reading: its window closes, the count stops, and the keepalive (or the
+	// write progress deadline) ends the session.
+	PeerAcked func(conn net.Conn) (uint64, bool)
 }
 
 // DefaultConfig returns the defaults documented on Config.

@@ -1027,6 +1027,8 @@ func (s *Session) keepaliveLoop() {
 	t := time.NewTicker(max(tick, 10*time.Millisecond))
 	defer t.Stop()
 	lastPing := time.Now()
+	var acked uint64      // the peer's transport acknowledged this many bytes (PeerAcked)
+	var ackedAt time.Time // when acked last grew by more than ackProgress
 	s.ping()
 	for {
 		select {
@@ -1035,6 +1037,14 @@ func (s *Session) keepaliveLoop() {
 		case now := <-t.C:
 			sent := s.pingSent.Load()
 			silent := now.Sub(time.Unix(0, s.lastRecv.Load()))
+			if s.cfg.PeerAcked != nil {
+				if n, ok := s.cfg.PeerAcked(s.conn); ok && n > acked+ackProgress {
+					acked, ackedAt = n, now
+				}
+				if !ackedAt.IsZero() {
+					silent = min(silent, now.Sub(ackedAt))
+				}
+			}
 			if sent != 0 && now.Sub(time.Unix(0, sent)) > s.cfg.KeepaliveTimeout && silent > s.cfg.KeepaliveTimeout {
 				s.closeWithError(fmt.Errorf("%w: peer silent for %s", ErrKeepaliveTimeout, silent.Round(time.Millisecond)))
 				return
@@ -1046,6 +1056,12 @@ func (s *Session) keepaliveLoop() {
 		}
 	}
 }
+
+// ackProgress is how many more bytes the peer's transport must have acknowledged since
+// the last check for the keepalive to count it alive (Config.PeerAcked): more than our
+// own PINGs (a few dozen bytes each, with TLS), so that a peer whose kernel merely
+// acknowledges them while its process hangs is not taken for alive.
+const ackProgress = 1024
 
 func (s *Session) ping() {
 	now := time.Now().UnixNano()

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -52,6 +53,45 @@ func TestKeepaliveCountsBytesNotFrames(t *testing.T) {
 		<-s.Done()
 		require.ErrorIs(t, s.Err(), ErrKeepaliveTimeout)
 		require.LessOrEqual(t, time.Since(silentFrom), timeout+2*time.Second)
+		_ = raw.Close()
+	})
+}
+
+// TestKeepaliveCountsPeerAcks: on a slow link the answer to our PING waits behind the
+// bulk data queued ahead of it, longer than the keepalive timeout, and the peer sends
+// nothing else. While the peer's transport acknowledges our data (Config.PeerAcked: its
+// kernel's TCP_INFO), the session stays up; once the acknowledgements stop, it closes
+// within the timeout. Acknowledgements of no more than our PINGs do not count.
+func TestKeepaliveCountsPeerAcks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		raw, conn := net.Pipe()
+		const timeout = 3 * time.Second
+		var acked atomic.Uint64
+		var taking atomic.Bool // the peer takes our bulk data: its acknowledgements grow
+		taking.Store(true)
+		cfg := &Config{KeepaliveInterval: time.Second, KeepaliveTimeout: timeout,
+			PeerAcked: func(c net.Conn) (uint64, bool) {
+				if c != conn {
+					return 0, false
+				}
+				if taking.Load() {
+					return acked.Add(4 << 10), true
+				}
+				return acked.Add(40), true // only a PING's worth
+			}}
+		s, err := rawServerSession(t, raw, conn, cfg, rawHello())
+		require.NoError(t, err)
+		go func() { _, _ = io.Copy(io.Discard, raw) }() // reads our PINGs, never answers
+
+		time.Sleep(10 * timeout)
+		synctest.Wait()
+		require.NoError(t, s.Err(), "the peer's acknowledgements show it alive")
+
+		taking.Store(false)
+		stopped := time.Now()
+		<-s.Done()
+		require.ErrorIs(t, s.Err(), ErrKeepaliveTimeout)
+		require.LessOrEqual(t, time.Since(stopped), timeout+2*time.Second)
 		_ = raw.Close()
 	})
 }
