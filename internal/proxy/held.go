@@ -317,15 +317,45 @@ func (h *heldExchange) wakeLocked() {
 
 // complete marks the response whole and starts its window.
 func (h *heldExchange) complete() {
-	h.mu.Lock()
-	if h.done {
-		h.mu.Unlock()
+	if h.markDone() {
+		h.startWindow()
+	}
+}
+
+// completeWhenSent marks the response whole at once (a resume may take it from the copy
+// now) and starts its window once st has sent it all, if st can tell (tunnel streams:
+// AfterSent). On a slow link a response waits in the tunnel's queue long after the
+// handler ended (16 responses of 200 KB on gprs: minutes); a window counted from the
+// handler's end would be over before the connection carrying them failed, and the
+// resume would find nothing.
+func (h *heldExchange) completeWhenSent(st Stream) {
+	if !h.markDone() {
 		return
+	}
+	if as, ok := st.(interface{ AfterSent(func()) }); ok {
+		as.AfterSent(h.startWindow)
+		return
+	}
+	h.startWindow()
+}
+
+// markDone records the response whole; false if it already was.
+func (h *heldExchange) markDone() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.done {
+		return false
 	}
 	h.done = true
 	h.attached = nil
-	h.finishedAt = h.s.now()
 	h.wakeLocked()
+	return true
+}
+
+// startWindow starts h's resume window: it is forgotten resume_window from now.
+func (h *heldExchange) startWindow() {
+	h.mu.Lock()
+	h.finishedAt = h.s.now()
 	h.mu.Unlock()
 	h.s.finish(h)
 }
@@ -493,7 +523,11 @@ func (w *heldStream) CloseWrite() error {
 		return errHeldLost
 	}
 	w.closed = true
-	w.h.complete()
+	if w.detached {
+		w.h.complete() // the copy alone carries it
+	} else {
+		w.h.completeWhenSent(w.Stream)
+	}
 	return nil
 }
 

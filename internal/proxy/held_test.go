@@ -71,6 +71,41 @@ func TestHeldStoreExpiresAfterWindow(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(s.m.dropped.WithLabelValues("expired")))
 }
 
+// sentStream is a Stream that tells when its message has left (tunnel.Stream.AfterSent).
+type sentStream struct {
+	Stream
+	f func()
+}
+
+func (s *sentStream) AfterSent(f func()) { s.f = f }
+
+// TestHeldStoreWindowStartsWhenSent: a response that waits in the tunnel's queue after
+// its handler ended (a slow link) is kept until resume_window after it left, not after
+// the handler ended; meanwhile a resume can take it.
+func TestHeldStoreWindowStartsWhenSent(t *testing.T) {
+	s, now := testHeldStore(30*time.Second, 1<<20)
+	h, _ := s.begin("a", nil)
+	h.record(make([]byte, 1000))
+	st := &sentStream{}
+	h.completeWhenSent(st)
+	require.NotNil(t, st.f, "the window waits for the stream")
+
+	*now = now.Add(10 * time.Minute) // still queued behind other responses
+	got := s.lookup("a")
+	require.NotNil(t, got, "kept while the response has not left")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	b, err := got.wait(ctx, 0)
+	require.NoError(t, err)
+	require.Len(t, b, 1000, "whole, for a resume")
+
+	st.f() // the last frame is on the wire
+	*now = now.Add(29 * time.Second)
+	require.NotNil(t, s.lookup("a"))
+	*now = now.Add(2 * time.Second)
+	require.Nil(t, s.lookup("a"), "expired one window after it left")
+}
+
 func TestHeldStoreBudget(t *testing.T) {
 	const budget = 8 * 1024
 	s, _ := testHeldStore(time.Minute, budget)

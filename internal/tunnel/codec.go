@@ -221,7 +221,7 @@ func (s *Session) encode(codec uint8, epoch uint64, raw []byte) ([]byte, error) 
 // whole, even if the stream is reset meanwhile, so that both ends' codec state stays in
 // step). If the payload does not fit the stream's window or encoding fails, the message
 // goes identity instead, and a new epoch starts because the encoder may already hold it.
-func (s *Session) writeCoded(it outItem) error {
+func (s *Session) writeCoded(it outItem) (ended bool, err error) {
 	m, st := it.coded, it.coded.st
 	pre := frame.Preamble{Codec: m.codec, Epoch: it.epoch}
 	payload, err := s.encode(m.codec, it.epoch, m.raw)
@@ -249,7 +249,7 @@ func (s *Session) writeCoded(it outItem) error {
 		s.releaseLocked(m.cost)
 		id := st.id
 		s.mu.Unlock()
-		return s.fallbackIdentity(st, id, m.raw, it.ack)
+		return false, s.fallbackIdentity(st, id, m.raw, it.ack) // its end goes as identity
 	}
 
 	s.mu.Lock()
@@ -280,14 +280,14 @@ func (s *Session) writeCoded(it outItem) error {
 			tail = frame.AppendTrailer(s.trailerBuf[:0], crc)
 		}
 		if err := s.writeFrame(h, head, chunk, tail); err != nil {
-			return err
+			return false, err
 		}
 		if last {
 			break
 		}
 	}
 	s.m.codecSent[m.codec].add(len(m.raw), len(payload))
-	return nil
+	return true, nil
 }
 
 // fallbackIdentity sends a message the writer could not code as identity. The rest may have

@@ -66,7 +66,8 @@ type Session struct {
 	// hand-off per message. A channel, not a mutex: waiting for it is a durable block
 	// (testing/synctest), and sendLoop can give up waiting when the session ends.
 	writeTok chan struct{}
-	ctrlOut  []queued // control frames taken from ctrlQ, being written
+	ctrlOut  []queued  // control frames taken from ctrlQ, being written
+	sentOut  []*Stream // streams whose message's last frame is written, flushed next
 	// Owned by the writer (writeTok):
 	encs       [frame.MaxCodecID + 1]MessageEncoder
 	encEpoch   uint64
@@ -515,6 +516,7 @@ func (s *Session) assignIDLocked(st *Stream) error {
 // outItem is what sendLoop writes next after the control frames: a built DATA frame or a
 // coded message to encode, and acknowledgements to piggyback on its START preamble.
 type outItem struct {
+	st      *Stream
 	data    queued // a DATA frame, when hasData
 	coded   *codedMsg
 	hasData bool
@@ -533,7 +535,7 @@ func (s *Session) next(ctrl []queued) ([]queued, outItem) {
 		st := s.ring[s.ringHead]
 		s.ring[s.ringHead] = nil
 		s.ringHead++
-		var it outItem
+		it := outItem{st: st}
 		var start bool
 		switch {
 		case st.coded != nil:
@@ -668,22 +670,33 @@ func (s *Session) drain(limit int) (ok, more bool) {
 			s.ctrlOut[i] = queued{}
 		}
 		var err error
+		ended := false // the item ends its stream's message (AfterSent)
 		switch {
 		case it.coded != nil:
-			err = s.writeCoded(it)
+			ended, err = s.writeCoded(it)
 		case it.ack > 0:
+			ended = it.data.h.Flags.Has(frame.FlagEnd)
 			err = s.writeWithAck(it.data, it.ack)
 		case it.hasData:
+			ended = it.data.h.Flags.Has(frame.FlagEnd)
 			err = s.write(it.data)
 		}
 		if err != nil {
 			return false, false
+		}
+		if ended {
+			s.sentOut = append(s.sentOut, it.st)
 		}
 	}
 	if err := s.bw.Flush(); err != nil {
 		s.closeWithError(fmt.Errorf("tunnel: write: %w", err))
 		return false, false
 	}
+	for i, st := range s.sentOut {
+		st.sentLast()
+		s.sentOut[i] = nil
+	}
+	s.sentOut = s.sentOut[:0]
 	return true, more
 }
 

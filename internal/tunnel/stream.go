@@ -56,6 +56,10 @@ type Stream struct {
 	scrc     uint32
 	werr     error
 	finished bool
+	// sentDone: the outgoing message's last frame was flushed to the connection, or the
+	// stream failed; onSent runs then (AfterSent).
+	sentDone bool
+	onSent   func()
 	// writing: a Write, Flush or CloseWrite runs; frames it queues are written by the
 	// operation itself when it ends (owed), through Session.kick, instead of waking
 	// sendLoop for each.
@@ -124,6 +128,39 @@ func (st *Stream) SetReadDeadline(t time.Time) error { st.readDL.set(t); return 
 
 // SetWriteDeadline bounds Write, Flush and CloseWrite (waiting for window credit).
 func (st *Stream) SetWriteDeadline(t time.Time) error { st.writeDL.set(t); return nil }
+
+// AfterSent arranges for f to run once the stream's outgoing message has been written
+// to the connection whole (its last frame flushed to the socket) or the stream failed,
+// whichever comes first; at once if that has happened. On a slow link a message can wait
+// minutes in the connection's queue after CloseWrite returned: the origin starts the
+// resume window of a held response only now (proxy/held.go). f must be quick: it runs on
+// the connection's writer. One f per stream.
+func (st *Stream) AfterSent(f func()) {
+	st.mu.Lock()
+	if st.sentDone {
+		st.mu.Unlock()
+		f()
+		return
+	}
+	st.onSent = f
+	st.mu.Unlock()
+}
+
+// sentLast records that the outgoing message left (or never will) and runs AfterSent's f.
+func (st *Stream) sentLast() {
+	st.mu.Lock()
+	if st.sentDone {
+		st.mu.Unlock()
+		return
+	}
+	st.sentDone = true
+	f := st.onSent
+	st.onSent = nil
+	st.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
 
 // FailContext returns a context cancelled when the stream fails, as Done is closed. A
 // watcher registers with context.AfterFunc on it and costs no goroutine until the
@@ -643,6 +680,7 @@ func (st *Stream) fail(err error, sendRST bool) {
 	st.mu.Unlock()
 	signal(st.rsig)
 	signal(st.ssig)
+	st.sentLast() // it never will be
 	s := st.s
 	s.mu.Lock()
 	st.pending = nil
