@@ -252,16 +252,7 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 		}
 		env := &Env{Client: link.Client(), Server: link.Server(), Upstream: srv.Addr(), Dir: dir,
 			Binary: binary, BinaryEnv: o.BinaryEnv, Profile: link.Profile(), Pprof: o.ProfileDir != ""}
-		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		st, err := cfg.Start(sctx, env)
-		cancel()
-		switch {
-		case errors.Is(err, ErrSkipped):
-			info.Status, info.Reason = StatusSkipped, strings.TrimPrefix(err.Error(), ErrSkipped.Error()+": ")
-		case err != nil:
-			info.Status, info.Reason = StatusFailed, "start: "+err.Error()
-		default:
-			info.Notes = st.Notes
+		if st := startConfig(ctx, cfg, env, &info); st != nil {
 			started[i] = st
 			for _, pr := range st.Procs {
 				pr.ResetPeak()

@@ -699,17 +699,7 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 		prog.set(p.Name, "", 0, cfg.Name()+": starting", 0)
 		var st *Started
 		if info.Status == StatusOK {
-			sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			st, err = cfg.Start(sctx, env)
-			cancel()
-			switch {
-			case errors.Is(err, ErrSkipped):
-				info.Status, info.Reason = StatusSkipped, strings.TrimPrefix(err.Error(), ErrSkipped.Error()+": ")
-			case err != nil:
-				info.Status, info.Reason = StatusFailed, "start: "+err.Error()
-			default:
-				info.Notes = st.Notes
-			}
+			st = startConfig(ctx, cfg, env, &info)
 		}
 		for _, ps := range scens {
 			for _, c := range o.Concurrency {
@@ -737,6 +727,24 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 		}
 		res.Configs = append(res.Configs, info)
 	}
+}
+
+// startConfig starts cfg within a minute; what stopped it goes into info (skipped: the
+// configuration cannot run here; failed), and then the result is nil.
+func startConfig(ctx context.Context, cfg Config, env *Env, info *ConfigInfo) *Started {
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	st, err := cfg.Start(sctx, env)
+	cancel()
+	switch {
+	case errors.Is(err, ErrSkipped):
+		info.Status, info.Reason = StatusSkipped, strings.TrimPrefix(err.Error(), ErrSkipped.Error()+": ")
+		return nil
+	case err != nil:
+		info.Status, info.Reason = StatusFailed, "start: "+err.Error()
+		return nil
+	}
+	info.Notes = st.Notes
+	return st
 }
 
 // runLine is a one-line summary of a run for non-terminal progress output.
