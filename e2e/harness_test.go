@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // binary is the soapgw executable built by TestMain.
@@ -53,6 +54,12 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	// Every goroutine the tests started (relays, upstreams, process waiters) must be
+	// gone: a leak here is a helper that does not stop what it started.
+	if err := goleak.Find(); code == 0 && err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: goroutines outlived the tests:", err)
+		code = 1
+	}
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
