@@ -260,10 +260,20 @@ func (st *Stream) beginWriteLocked() { st.writing = true }
 
 // endWriteLocked ends a write operation: it releases st.mu and writes what the
 // operation queued, on this goroutine if the connection's writer is free.
-func (st *Stream) endWriteLocked() {
+func (st *Stream) endWriteLocked() { st.endWriteFinishing(false) }
+
+// endWriteFinishing is endWriteLocked for a CloseWrite that ends the exchange (done:
+// the peer's message was read whole too): the stream is forgotten (finish) before its
+// last frame is written. The peer may open its next stream the moment it has that frame;
+// were this stream still counted then, the new one would find this side at its stream
+// limit and be refused.
+func (st *Stream) endWriteFinishing(done bool) {
 	owed := st.owed
 	st.writing, st.owed = false, false
 	st.mu.Unlock()
+	if done {
+		st.finish()
+	}
 	if owed {
 		st.s.kick()
 	}
@@ -384,11 +394,7 @@ func (st *Stream) CloseWrite() error {
 			if queued {
 				st.codedOut = true
 				st.sdone = true
-				done := st.rdone
-				st.endWriteLocked()
-				if done {
-					st.finish()
-				}
+				st.endWriteFinishing(st.rdone)
 				return nil
 			}
 		}
@@ -399,11 +405,7 @@ func (st *Stream) CloseWrite() error {
 		return err
 	}
 	st.sdone = true
-	done := st.rdone
-	st.endWriteLocked()
-	if done {
-		st.finish()
-	}
+	st.endWriteFinishing(st.rdone)
 	return nil
 }
 
