@@ -239,7 +239,7 @@ func armDeadline(ctx context.Context, set func(time.Time) error, t time.Time) {
 var errAbandoned = errors.New("the edge abandoned the exchange (its client went away, or its deadline passed)")
 
 // watchAbandon returns ctx, cancelled with errAbandoned when st fails (the edge reset it)
-// if st can tell (tunnel streams: Done). Without it the origin would learn only when it
+// if st can tell (FailContext: tunnel and UDP tunnel streams). Without it the origin would learn only when it
 // writes the response, and an upstream that takes minutes would keep its connection and
 // the exchange's slot all that time for nobody. stop ends the watch.
 //
@@ -247,33 +247,18 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
 func watchAbandon(ctx context.Context, st Stream, resumable func() bool) (_ context.Context, stop func()) {
-	abandoned := func() bool { return resumable == nil || !resumable() || resetByEdge(st) }
-	if f, ok := st.(interface{ FailContext() context.Context }); ok {
-		// No goroutine per exchange: the callback runs only if the stream fails.
-		ctx, cancel := context.WithCancelCause(ctx)
-		stopWatch := context.AfterFunc(f.FailContext(), func() {
-			if abandoned() {
-				cancel(errAbandoned)
-			} // else the connection died: the exchange goes on for a resume
-		})
-		return ctx, func() { stopWatch(); cancel(nil) }
-	}
-	d, ok := st.(interface{ Done() <-chan struct{} })
+	f, ok := st.(interface{ FailContext() context.Context })
 	if !ok {
 		return ctx, func() {}
 	}
+	// No goroutine per exchange: the callback runs only if the stream fails.
 	ctx, cancel := context.WithCancelCause(ctx)
-	done := d.Done()
-	go func() {
-		select {
-		case <-done:
-			if abandoned() {
-				cancel(errAbandoned)
-			} // else the connection died: the exchange goes on for a resume
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, func() { cancel(nil) }
+	stopWatch := context.AfterFunc(f.FailContext(), func() {
+		if resumable == nil || !resumable() || resetByEdge(st) {
+			cancel(errAbandoned)
+		} // else the connection died: the exchange goes on for a resume
+	})
+	return ctx, func() { stopWatch(); cancel(nil) }
 }
 
 // outliveConnection returns a context that ends with ctx, except when ctx ends because

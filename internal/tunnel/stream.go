@@ -65,14 +65,12 @@ type Stream struct {
 	// sendLoop for each.
 	writing, owed bool
 
-	// failed is closed when the stream fails (Done); made on the first Done call, so
-	// streams nobody watches pay nothing. failedSet: fail ran.
-	failed    chan struct{}
-	failedSet bool
-	failErr   error // why it failed (Err)
-	// failCtx is cancelled when the stream fails (FailContext); made on first use.
+	// failCtx is cancelled when the stream fails (FailContext, Done); made on first use,
+	// so streams nobody watches pay nothing. failedSet: fail ran.
 	failCtx    context.Context
 	failCancel context.CancelFunc
+	failedSet  bool
+	failErr    error // why it failed (Err)
 
 	// coding
 	encoding     Encoding // from SetEncoding
@@ -162,7 +160,7 @@ func (st *Stream) sentLast() {
 	}
 }
 
-// FailContext returns a context cancelled when the stream fails, as Done is closed. A
+// FailContext returns a context cancelled when the stream fails (Done is its channel). A
 // watcher registers with context.AfterFunc on it and costs no goroutine until the
 // stream fails (the origin watches every exchange for the edge abandoning it).
 func (st *Stream) FailContext() context.Context {
@@ -181,17 +179,7 @@ func (st *Stream) FailContext() context.Context {
 // or its session lost. An exchange that completes cleanly never closes it. It tells
 // the origin that the edge abandoned an exchange whose request it has read whole,
 // which Read cannot (it keeps returning io.EOF after a complete message).
-func (st *Stream) Done() <-chan struct{} {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.failed == nil {
-		st.failed = make(chan struct{})
-		if st.failedSet {
-			close(st.failed)
-		}
-	}
-	return st.failed
-}
+func (st *Stream) Done() <-chan struct{} { return st.FailContext().Done() }
 
 // Err is why the stream failed once Done is closed (nil before): a *StreamError for a
 // reset (ResetByPeer tells who), or the session's error when its connection was lost.
@@ -672,9 +660,6 @@ func (st *Stream) fail(err error, sendRST bool) {
 	st.chunks = nil
 	if !st.failedSet {
 		st.failedSet, st.failErr = true, err
-		if st.failed != nil {
-			close(st.failed)
-		}
 		if st.failCancel != nil {
 			st.failCancel()
 		}
