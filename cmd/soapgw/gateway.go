@@ -388,6 +388,7 @@ func proxyLimits(l config.Limits) proxy.Limits {
 		MaxResponseBytes:       int64(l.MaxResponseBytes),
 		MaxHeaderBytes:         int(l.MaxHeaderBytes),
 		ExchangeTimeout:        l.ExchangeTimeout,
+		ExchangeMaxDuration:    l.ExchangeMaxDuration,
 		IdleTimeout:            l.IdleTimeout,
 		MaxConcurrentExchanges: l.MaxConcurrentExchanges,
 		MaxClientConnections:   l.MaxClientConnections,

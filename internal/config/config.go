@@ -90,15 +90,22 @@ type Limits struct {
 	// MaxHeaderBytes is the largest HTTP message head (request line or
 	// status line plus headers). Default: 64KiB.
 	MaxHeaderBytes ByteSize `yaml:"max_header_bytes"`
-	// ExchangeTimeout is the deadline for a whole exchange as the edge sees
-	// it, from the first byte of the request to the end of the response; the
-	// origin applies its own to its part. A backstop, not a service target:
-	// the gateway should never cut a call its client would still wait for,
-	// and SOAP clients wait 60s (Axis2, CXF, WCF), 100s (.NET), 10m (Axis 1)
-	// or without limit (zeep, gSOAP) by default. A client that gives up
-	// first ends its exchange itself when it resets its connection. Keep it
-	// the same on both gateways. Default: 10m.
+	// ExchangeTimeout is how long an exchange may go without progress: no
+	// byte of its request or response moved to or from the client, across
+	// the tunnel or to or from the server (a server computing its answer, a
+	// client that stops reading, a tunnel that carries nothing of it). A
+	// response that keeps flowing is not cut, however long a slow link takes
+	// to carry it (exchange_max_duration bounds that). A backstop, not a
+	// service target: the gateway should never cut a call its client would
+	// still wait for, and SOAP clients wait 60s (Axis2, CXF, WCF), 100s
+	// (.NET), 10m (Axis 1) or without limit (zeep, gSOAP) for a read by
+	// default. A client that gives up first ends its exchange itself when it
+	// resets its connection. Keep it the same on both gateways. Default: 10m.
 	ExchangeTimeout time.Duration `yaml:"exchange_timeout"`
+	// ExchangeMaxDuration bounds an exchange however steadily its bytes
+	// move: it only stops a peer trickling bytes forever. Keep it the same
+	// on both gateways. Default: 24h.
+	ExchangeMaxDuration time.Duration `yaml:"exchange_max_duration"`
 	// MaxConcurrentExchanges caps the exchanges in flight in this process.
 	// Default: 4096.
 	MaxConcurrentExchanges int `yaml:"max_concurrent_exchanges"`
@@ -550,6 +557,7 @@ func Default() *Config {
 			MaxResponseBytes:       64 * MiB,
 			MaxHeaderBytes:         64 * KiB,
 			ExchangeTimeout:        10 * time.Minute,
+			ExchangeMaxDuration:    24 * time.Hour,
 			MaxConcurrentExchanges: 4096,
 			IdleTimeout:            90 * time.Second,
 			MaxClientConnections:   10000,

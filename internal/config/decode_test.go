@@ -356,7 +356,7 @@ func TestParseDefaults(t *testing.T) {
 		},
 		Limits: Limits{
 			MaxRequestBytes: 32 << 20, MaxResponseBytes: 64 << 20, MaxHeaderBytes: 64 << 10,
-			ExchangeTimeout: 10 * time.Minute, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
+			ExchangeTimeout: 10 * time.Minute, ExchangeMaxDuration: 24 * time.Hour, MaxConcurrentExchanges: 4096, IdleTimeout: 90 * time.Second,
 			MaxClientConnections: 10000, FaultStatus: "soap",
 		},
 		Codecs: CodecConfig{

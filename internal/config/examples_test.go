@@ -113,6 +113,7 @@ limits:
   max_response_bytes: 64MiB
   max_header_bytes: 64KiB
   exchange_timeout: 10m0s
+  exchange_max_duration: 24h0m0s
   max_concurrent_exchanges: 4096
   idle_timeout: 1m30s
   max_client_connections: 10000

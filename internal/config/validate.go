@@ -62,6 +62,10 @@ func (l *Limits) validate(errs *errorList) {
 	checkPositiveSize(errs, "limits.max_response_bytes", l.MaxResponseBytes)
 	checkPositiveSize(errs, "limits.max_header_bytes", l.MaxHeaderBytes)
 	checkPositive(errs, "limits.exchange_timeout", l.ExchangeTimeout)
+	checkPositive(errs, "limits.exchange_max_duration", l.ExchangeMaxDuration)
+	if l.ExchangeMaxDuration > 0 && l.ExchangeMaxDuration < l.ExchangeTimeout {
+		errs.add("limits.exchange_max_duration", "must be at least limits.exchange_timeout (%s), got %s", l.ExchangeTimeout, l.ExchangeMaxDuration)
+	}
 	if l.MaxConcurrentExchanges < 1 {
 		errs.add("limits.max_concurrent_exchanges", "must be at least 1, got %d", l.MaxConcurrentExchanges)
 	}

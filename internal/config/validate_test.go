@@ -85,6 +85,15 @@ func TestParseValidationErrors(t *testing.T) {
 			},
 		},
 		{
+			name: "exchange_max_duration below exchange_timeout",
+			yaml: doc(append(edgeDoc,
+				"limits:",                     // 12
+				"  exchange_timeout: 10m",     // 13
+				"  exchange_max_duration: 5m", // 14
+			)...),
+			want: []string{"x.yaml:15: limits.exchange_max_duration: must be at least limits.exchange_timeout (10m0s), got 5m0s"},
+		},
+		{
 			name: "unknown fault status",
 			yaml: doc(append(edgeDoc,
 				"limits:",              // 12

@@ -38,7 +38,8 @@ type Limits struct {
 	MaxRequestBytes        int64         // request body; larger gets 413 (default 32 MiB)
 	MaxResponseBytes       int64         // response body the edge buffers for HTTP/1.0 clients (default 64 MiB)
 	MaxHeaderBytes         int           // request/response head (default 64 KiB)
-	ExchangeTimeout        time.Duration // whole exchange as the edge sees it (default DefaultExchangeTimeout)
+	ExchangeTimeout        time.Duration // longest an exchange may go without progress (default DefaultExchangeTimeout)
+	ExchangeMaxDuration    time.Duration // longest an exchange may take however it moves (default DefaultExchangeMaxDuration)
 	IdleTimeout            time.Duration // client keep-alive idle (default 90 s)
 	MaxConcurrentExchanges int           // per process; more get 503 (default 4096)
 	// MaxClientConnections caps the client connections an edge holds open across its
@@ -56,15 +57,22 @@ type Limits struct {
 	FaultStatus FaultStatus
 }
 
-// DefaultExchangeTimeout bounds an exchange when Limits.ExchangeTimeout is not set. It is
-// a backstop, not a service-level target: the gateway should never cut a call its client
-// would still wait for. SOAP clients wait 60 s (Axis2, CXF, WCF), 100 s (.NET
-// HttpWebRequest), 10 min (Axis 1) or without limit (zeep, gSOAP) by default, so the
-// default is the longest finite one. A client that gives up first ends the exchange
-// itself: the edge sees its connection reset and abandons the exchange (watchClient), and
-// the origin closes the upstream connection. What the backstop frees is an exchange whose
-// client never gives up on a server that never answers.
+// DefaultExchangeTimeout bounds how long an exchange may go without progress (no byte of
+// it moved on any of its legs: progressClock) when Limits.ExchangeTimeout is not set. It
+// is a backstop, not a service-level target: the gateway should never cut a call its
+// client would still wait for. SOAP clients wait 60 s (Axis2, CXF, WCF), 100 s (.NET
+// HttpWebRequest), 10 min (Axis 1) or without limit (zeep, gSOAP) for a read by default,
+// so the default is the longest finite one. A client that gives up first ends the
+// exchange itself: the edge sees its connection reset and abandons the exchange
+// (watchClient), and the origin closes the upstream connection. What the backstop frees
+// is an exchange whose client never gives up on a server that never answers.
 const DefaultExchangeTimeout = 10 * time.Minute
+
+// DefaultExchangeMaxDuration bounds an exchange however steadily its bytes move, when
+// Limits.ExchangeMaxDuration is not set: far above any message a slow link carries
+// (64 MiB, the response limit, takes under four hours at GPRS's 40 kbit/s), it only
+// stops a peer that trickles bytes forever to hold an exchange's slots.
+const DefaultExchangeMaxDuration = 24 * time.Hour
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxRequestBytes <= 0 {
@@ -78,6 +86,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.ExchangeTimeout <= 0 {
 		l.ExchangeTimeout = DefaultExchangeTimeout
+	}
+	if l.ExchangeMaxDuration <= 0 {
+		l.ExchangeMaxDuration = DefaultExchangeMaxDuration
 	}
 	if l.IdleTimeout <= 0 {
 		l.IdleTimeout = 90 * time.Second

@@ -63,6 +63,10 @@ type clientConn struct {
 	// Read hands it out before reading on (serveConn's goroutine only).
 	first   [1]byte
 	pending bool
+
+	// progress is the clock of the exchange in progress (serveConn's goroutine sets
+	// and clears it): bytes moved to or from the client are its progress.
+	progress *progressClock
 }
 
 func (cc *clientConn) Read(p []byte) (int, error) {
@@ -70,7 +74,19 @@ func (cc *clientConn) Read(p []byte) (int, error) {
 		p[0], cc.pending = cc.first[0], false
 		return 1, nil
 	}
-	return cc.Conn.Read(p)
+	n, err := cc.Conn.Read(p)
+	if n > 0 {
+		cc.progress.touch()
+	}
+	return n, err
+}
+
+func (cc *clientConn) Write(p []byte) (int, error) {
+	n, err := cc.Conn.Write(p)
+	if n > 0 {
+		cc.progress.touch()
+	}
+	return n, err
 }
 
 // NewEdge checks cfg and returns an edge ready to Serve listeners.
@@ -293,10 +309,11 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		}
 		cc.busy.Store(true)
 		start := time.Now()
-		deadline := start.Add(e.limits().ExchangeTimeout)
+		// The hard bound; the exchange's progress clock ends it sooner when it stalls.
+		deadline := start.Add(e.limits().ExchangeMaxDuration)
 		_ = cc.SetDeadline(deadline)
-		// The head must also come within idle_timeout: the exchange deadline is long (it
-		// waits for slow servers), a client trickling a head is not a slow server.
+		// The head must come within idle_timeout: the exchange's bounds are long (they
+		// wait for slow servers), a client trickling a head is not a slow server.
 		if idle := start.Add(e.limits().IdleTimeout); idle.Before(deadline) {
 			_ = cc.SetReadDeadline(idle)
 		}
@@ -363,9 +380,10 @@ type exchange struct {
 	op       string      // SOAP operation, for metrics
 	route    *Route
 	start    time.Time
-	deadline time.Time
+	deadline time.Time      // hard bound: start + limits.exchange_max_duration
+	clock    *progressClock // ends the exchange when it stalls (limits.exchange_timeout)
 
-	abandon   context.CancelCauseFunc // ends the exchange's context (watchClient)
+	abandon   context.CancelCauseFunc // ends the exchange's context (watchClient, clock)
 	stopWatch func()                  // set while watchClient runs
 }
 
@@ -409,6 +427,21 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		op:    operationOf(req.Header, nil),
 		start: start, deadline: deadline,
 	}
+	// ctx ends at the exchange's hard bound, when it stalls (its clock), or earlier when
+	// a drain's deadline passes (abortCtx); every stream opened for this exchange is
+	// reset when it ends. A stall also ends the client connection's waits.
+	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
+	defer cancel()
+	ctx, x.abandon = context.WithCancelCause(ctx)
+	defer x.abandon(nil)
+	x.clock = startProgressClock(e.limits().ExchangeTimeout, deadline)
+	x.clock.onExpire(func() {
+		_ = cc.SetDeadline(time.Unix(1, 0))
+		x.abandon(errNoProgress)
+	})
+	defer x.clock.stop()
+	cc.progress = x.clock
+	defer func() { cc.progress = nil }()
 	if status, err := e.checkTarget(req); err != nil {
 		// Never routed: soapgw is not a forward proxy, and the body was not read.
 		return x.fail(status, causeBadTarget, err, true)
@@ -490,12 +523,6 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		}
 	}
 
-	// ctx ends at the exchange deadline, or earlier when a drain's deadline passes
-	// (abortCtx); every stream opened for this exchange is reset when it ends.
-	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
-	defer cancel()
-	ctx, x.abandon = context.WithCancelCause(ctx)
-	defer x.abandon(nil)
 	defer x.endWatch()
 	st, sbr, resp, gwErr, keep := e.roundTrip(ctx, x, msg, replayable)
 	if st == nil {
@@ -576,7 +603,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 				return nil, nil, nil, nil, false
 			}
 			if ctx.Err() != nil {
-				return nil, nil, nil, nil, x.fail(504, causeTimeout, fmt.Errorf("soapgw: origin %q not reachable within the exchange deadline: %w", peer, err), false)
+				return nil, nil, nil, nil, x.fail(504, causeTimeout, fmt.Errorf("soapgw: origin %q not reachable before the exchange ended (%s): %w", peer, x.clock.reason(), err), false)
 			}
 			return nil, nil, nil, nil, x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", peer, err), !replayable)
 		}
@@ -586,6 +613,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		defer stop()
 		if replayable {
 			_, err = st.Write(msg)
+			x.clock.touch()
 			if err == nil {
 				if cerr := st.CloseWrite(); cerr != nil {
 					err = &requestEndError{cerr}
@@ -618,7 +646,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			// the origin has it, so the response is read through a resumer, which
 			// collects it on another connection if this one dies (resume.go).
 			rs := newResumer(ctx, x.id, opener, st, e.m.held)
-			rs.deadline, rs.broken = x.deadline, err
+			rs.deadline, rs.broken, rs.clock = x.deadline, err, x.clock
 			st, err = rs, nil
 			sbr = readerPool.Get().(*bufio.Reader)
 			sbr.Reset(st)
@@ -650,7 +678,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		e.log.Warn("exchange outcome unknown", "exchange", x.id, "peer", peer, "err", lastErr)
 		keep = x.fail(502, causeOutcomeUnknown, fmt.Errorf("soapgw: origin %q: %w", peer, lastErr), true)
 	case isTimeout(lastErr) || ctx.Err() != nil:
-		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q within %s", peer, e.limits().ExchangeTimeout), true)
+		keep = x.fail(504, causeTimeout, fmt.Errorf("soapgw: no response from origin %q: the exchange ended because %s", peer, x.clock.reason()), true)
 	case isRetryable(lastErr):
 		keep = x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unavailable: %w", peer, lastErr), !replayable)
 	default:

@@ -103,9 +103,16 @@ func (o *Origin) Close() {
 func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer st.Close()
 	start := time.Now()
-	_ = st.SetDeadline(start.Add(o.limits().ExchangeTimeout))
+	end := start.Add(o.limits().ExchangeMaxDuration)
+	_ = st.SetDeadline(end)
+	// The exchange ends when it stalls (limits.exchange_timeout without a byte of it
+	// moving on the stream) or at end; a stall first unblocks the stream, then (below)
+	// cancels the exchange's context, which unblocks the upstream call.
+	clock := startProgressClock(o.limits().ExchangeTimeout, end)
+	defer clock.stop()
+	clock.onExpire(func() { _ = st.SetDeadline(time.Unix(1, 0)) })
 	sbr := readerPool.Get().(*bufio.Reader)
-	sbr.Reset(st)
+	sbr.Reset(progressReader{st, clock})
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
 	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
@@ -119,8 +126,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		return
 	}
 	defer func() { <-o.inflight }()
-	x.start = start
-	x.deadline = start.Add(o.limits().ExchangeTimeout)
+	x.start, x.deadline, x.clock = start, end, clock
 	if o.held != nil || envelope.IsOneWay(x.req.ExchangeID) {
 		// A held exchange outlives its tunnel connection, for the edge to collect its
 		// response on another (watchAbandon still stops it when the edge resets the
@@ -131,6 +137,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	}
 	ctx, cancel := context.WithDeadline(ctx, x.deadline)
 	defer cancel()
+	ctx, stalled := context.WithCancelCause(ctx)
+	defer stalled(nil)
+	clock.onExpire(func() { stalled(errNoProgress) })
 	tunnelSt := st            // the stream itself, for watchAbandon
 	var resumable func() bool // nil: the exchange ends with its stream
 	var oneWay *oneWayDelivery
@@ -336,8 +345,9 @@ type originExchange struct {
 	upstreamName string // as the edge asked, for metrics and faults before pool is known
 	pool         *upstreamPool
 	start        time.Time
-	deadline     time.Time // start + limits.exchange_timeout
-	body         []byte    // a chunked body read whole (buffered), sent with Content-Length
+	deadline     time.Time      // hard bound: start + limits.exchange_max_duration
+	clock        *progressClock // ends the exchange when it stalls (limits.exchange_timeout)
+	body         []byte         // a chunked body read whole (buffered), sent with Content-Length
 	buffered     bool
 	sent         bool // the whole request went to the upstream
 	// beforeLastByte, when set (one-way deliveries), runs after all but the last byte of
@@ -442,7 +452,8 @@ func responseDeadline(up Upstream, sent, exchangeDeadline time.Time) time.Time {
 // bad response, or an abort that is not the upstream's fault.
 func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchange, err error) {
 	req, up := x.req, x.pool.up
-	if errors.Is(ctx.Err(), context.Canceled) {
+	stalled := errors.Is(context.Cause(ctx), errNoProgress) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+	if !stalled && errors.Is(ctx.Err(), context.Canceled) {
 		// Not the upstream's fault: the exchange was aborted (its tunnel session
 		// died, the drain deadline passed, the edge abandoned it) and its upstream
 		// call interrupted; the upstream sees its connection closed.
@@ -453,12 +464,13 @@ func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchang
 	}
 	ge := &gatewayError{Status: 502, Cause: causeUpstreamBad,
 		Message: fmt.Sprintf("soapgw: upstream %q (%s) failed: %v", up.Name, up.Address, unwrapOp(err))}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.Is(err, os.ErrDeadlineExceeded) && up.ResponseTimeout <= 0) {
-		// The read deadline with no response_timeout is the exchange deadline; it may
-		// fire an instant before ctx's timer does.
+	switch {
+	case stalled || (errors.Is(err, os.ErrDeadlineExceeded) && up.ResponseTimeout <= 0):
+		// Without a response_timeout the read deadline is the exchange's hard bound; it
+		// may fire an instant before ctx's timer does.
 		ge = &gatewayError{Status: 504, Cause: causeTimeout,
-			Message: fmt.Sprintf("soapgw: exchange deadline (%s) passed while upstream %q was answering", o.limits().ExchangeTimeout, up.Name)}
-	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+			Message: fmt.Sprintf("soapgw: upstream %q gave no answer before the exchange ended: %s", up.Name, x.clock.reason())}
+	case errors.Is(err, os.ErrDeadlineExceeded):
 		ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
 	}
@@ -470,15 +482,15 @@ func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchang
 // the abort hook, and fails if the abort already ran (then uc is not pooled).
 func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, stopAbort func() bool) (handled bool) {
 	req, up := x.req, x.pool.up
-	// The whole response must arrive within the exchange deadline; the per-read deadline
-	// of callUpstream was for the head.
+	// The response's reads are bounded by the exchange's hard bound and its progress
+	// clock; the per-read deadline of callUpstream was for the head.
 	armDeadline(ctx, uc.conn.SetReadDeadline, x.deadline)
 	faultCode := ""
 	if resp.StatusCode >= 500 {
 		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
 		faultCode = faultCodeOf(b)
 	}
-	n, err := o.sendResponse(st, uc, resp)
+	n, err := o.sendResponse(st, uc, resp, x.clock)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
@@ -680,7 +692,7 @@ func copyBody(w io.Writer, r io.Reader) (int64, error) {
 // nothing more at hand (an upstream trickling without pauses). A flush makes the tunnel
 // stream the rest of the message uncoded, so from then on what the origin holds is pushed
 // whenever the upstream has nothing more at hand.
-func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response) (int64, error) {
+func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response, clock *progressClock) (int64, error) {
 	head := responseHead{
 		Status:        resp.StatusCode,
 		Reason:        resp.Reason,
@@ -751,6 +763,7 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 			if _, werr := st.Write(buf[:k]); werr != nil {
 				return n, werr
 			}
+			clock.touch() // on a slow link a write returns as the tunnel takes the bytes
 			n += int64(k)
 			if fl != nil && heldSince.IsZero() {
 				heldSince = time.Now()

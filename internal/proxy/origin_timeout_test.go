@@ -69,7 +69,7 @@ func TestResponseTimeoutOnlyWhenConfigured(t *testing.T) {
 	cl.send(soapRequest(1, "/default", "", "<x/>"))
 	f = cl.readFault()
 	require.Equal(t, causeTimeout, f.cause)
-	require.Contains(t, f.text, "within 100ms")
+	require.Contains(t, f.text, "nothing of it moved for 100ms")
 }
 
 // thinkingUpstream reads one request and then, like a server still computing its answer,

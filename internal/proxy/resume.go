@@ -50,7 +50,8 @@ type resumer struct {
 	read     int64         // bytes of the response message read so far
 	resumes  int
 	deadline time.Time
-	broken   error // the request's end failed: resume before the first read
+	clock    *progressClock // touched by every read that returns bytes
+	broken   error          // the request's end failed: resume before the first read
 	stops    []func() bool
 }
 
@@ -82,6 +83,9 @@ func (r *resumer) Read(p []byte) (int, error) {
 			n, err = r.st.Read(p)
 		}
 		r.read += int64(n)
+		if n > 0 {
+			r.clock.touch()
+		}
 		if err == nil || err == io.EOF || !r.shouldResume(err) {
 			return n, err
 		}

@@ -1,0 +1,132 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// progressClock is an exchange's deadline measured in progress, not in time since it
+// began: the exchange ends when none of its bytes has moved for stall (limits.
+// exchange_timeout), or at end (limits.exchange_max_duration after it began) however
+// they move. An absolute deadline cannot tell a server that hangs from a response that
+// is flowing slowly because it waits behind others on a slow link: sixteen 200 KB
+// responses over GPRS take eleven minutes together, and every one of them moves all
+// that time. Clients behave the same way: Axis, CXF, .NET and zeep time out a read,
+// not a call.
+//
+// The legs touch the clock when they move bytes (an atomic store, no timer reset per
+// read or write); one timer checks it when the stall could have passed and re-arms for
+// the time the last touch leaves. When it expires it runs the hooks registered with
+// onExpire once (they unblock the legs and cancel the exchange's context with
+// errNoProgress). stop ends it; after stop no hook runs.
+type progressClock struct {
+	stall time.Duration
+	end   time.Time // hard bound; zero: none
+	base  time.Time // monotonic origin of last
+	last  atomic.Int64
+
+	mu      sync.Mutex
+	timer   *time.Timer
+	hooks   []func()
+	expired bool
+	stopped bool
+}
+
+// errNoProgress is the cause of an exchange's context when its progress clock expired.
+var errNoProgress = errors.New("soapgw: exchange made no progress")
+
+// startProgressClock starts a clock for an exchange that begins now. end is its hard
+// bound (zero: none).
+func startProgressClock(stall time.Duration, end time.Time) *progressClock {
+	c := &progressClock{stall: stall, end: end, base: time.Now()}
+	c.timer = time.AfterFunc(c.wait(time.Now()), c.check)
+	return c
+}
+
+// touch records that the exchange moved bytes now. Safe on a nil clock.
+func (c *progressClock) touch() {
+	if c != nil {
+		c.last.Store(int64(time.Since(c.base)))
+	}
+}
+
+// wait returns how long from now until the clock expires, given the last touch.
+func (c *progressClock) wait(now time.Time) time.Duration {
+	due := c.base.Add(time.Duration(c.last.Load()) + c.stall)
+	if !c.end.IsZero() && c.end.Before(due) {
+		due = c.end
+	}
+	return due.Sub(now)
+}
+
+func (c *progressClock) check() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped || c.expired {
+		return
+	}
+	if d := c.wait(time.Now()); d > 0 {
+		c.timer.Reset(d) // touched since the timer was set
+		return
+	}
+	c.expired = true
+	for _, f := range c.hooks {
+		f()
+	}
+	c.hooks = nil
+}
+
+// onExpire registers f to run when the clock expires; at once if it has.
+func (c *progressClock) onExpire(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	if c.expired {
+		f()
+		return
+	}
+	c.hooks = append(c.hooks, f)
+}
+
+// Expired reports whether the clock ran out (before stop).
+func (c *progressClock) Expired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.expired
+}
+
+// stop ends the clock: no hook runs after it returns.
+func (c *progressClock) stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped = true
+	c.hooks = nil
+	c.timer.Stop()
+}
+
+// reason says which bound ended the exchange, for faults and logs.
+func (c *progressClock) reason() string {
+	if !c.end.IsZero() && !time.Now().Before(c.end) {
+		return fmt.Sprintf("its time was up (limits.exchange_max_duration: %s)", c.end.Sub(c.base).Round(time.Second))
+	}
+	return fmt.Sprintf("nothing of it moved for %s (limits.exchange_timeout)", c.stall)
+}
+
+// progressReader touches c on every read that returns bytes.
+type progressReader struct {
+	r interface{ Read([]byte) (int, error) }
+	c *progressClock
+}
+
+func (p progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.c.touch()
+	}
+	return n, err
+}

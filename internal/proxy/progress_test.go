@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+func TestProgressClockExpiresOnlyAfterAStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		c := startProgressClock(time.Second, time.Time{})
+		defer c.stop()
+		expired := make(chan time.Duration, 1)
+		c.onExpire(func() { expired <- time.Since(start) })
+		for range 5 { // 4 s of an exchange that keeps moving
+			time.Sleep(800 * time.Millisecond)
+			c.touch()
+		}
+		synctest.Wait()
+		require.Empty(t, expired, "expired while its bytes moved")
+		require.False(t, c.Expired())
+		require.Equal(t, 5*800*time.Millisecond+time.Second, <-expired, "expires a stall after the last touch")
+		require.True(t, c.Expired())
+		require.Contains(t, c.reason(), "nothing of it moved for 1s")
+
+		ran := false
+		c.onExpire(func() { ran = true })
+		require.True(t, ran, "a hook registered after expiry runs at once")
+	})
+}
+
+func TestProgressClockHardBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		c := startProgressClock(time.Second, start.Add(3*time.Second))
+		defer c.stop()
+		expired := make(chan time.Duration, 1)
+		c.onExpire(func() { expired <- time.Since(start) })
+		for range 10 {
+			time.Sleep(500 * time.Millisecond)
+			c.touch()
+		}
+		require.Equal(t, 3*time.Second, <-expired, "touches do not extend the hard bound")
+		require.Contains(t, c.reason(), "exchange_max_duration: 3s")
+	})
+}
+
+func TestProgressClockStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := startProgressClock(time.Second, time.Time{})
+		ran := false
+		c.onExpire(func() { ran = true })
+		c.stop()
+		time.Sleep(time.Minute)
+		c.onExpire(func() { ran = true })
+		require.False(t, ran, "no hook runs after stop")
+		require.False(t, c.Expired())
+		var nilClock *progressClock
+		nilClock.touch() // legs without a clock
+	})
+}
+
+// trickleUpstream answers one request with a chunked response: chunks chunks, gap apart,
+// after stallAfter chunks a pause of stall (0: none). It returns the body it sends.
+func trickleUpstream(t *testing.T, chunks int, gap time.Duration, stallAfter int, stall time.Duration) (addr, body string) {
+	var b strings.Builder
+	for i := range chunks {
+		fmt.Fprintf(&b, "<part n=%q/>", fmt.Sprint(i))
+	}
+	body = b.String()
+	addr = rawUpstream(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readUntil(br, "<x/>"); err != nil {
+			return
+		}
+		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+			return
+		}
+		for i := range chunks {
+			if i == stallAfter && stall > 0 {
+				time.Sleep(stall)
+			}
+			part := fmt.Sprintf("<part n=%q/>", fmt.Sprint(i))
+			if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(part), part); err != nil {
+				return
+			}
+			time.Sleep(gap)
+		}
+		_, _ = io.WriteString(c, "0\r\n\r\n")
+	})
+	return addr, body
+}
+
+// A response that keeps flowing is not cut, however much longer than exchange_timeout it
+// takes (a slow link, a server streaming its answer); one that stops flowing for
+// exchange_timeout is, at both gateways.
+func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
+	const stall = time.Second
+	limits := Limits{ExchangeTimeout: stall}
+
+	t.Run("flowing", func(t *testing.T) {
+		addr, want := trickleUpstream(t, 16, stall/5, 0, 0) // 3.2 s in all
+		ups := []Upstream{{Name: "up", Address: addr}}
+		env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: limits})
+		require.NoError(t, env.origin.Reconfigure(ups, limits))
+		cl := env.dial()
+		start := time.Now()
+		cl.send(soapRequest(1, "/svc", "", "<x/>"))
+		resp, body := cl.read("POST")
+		require.Equal(t, 200, resp.StatusCode)
+		require.Equal(t, want, string(body))
+		require.Greater(t, time.Since(start), 3*stall, "the response took longer than exchange_timeout")
+	})
+
+	t.Run("stalled", func(t *testing.T) {
+		addr, _ := trickleUpstream(t, 4, 0, 2, 4*stall)
+		ups := []Upstream{{Name: "up", Address: addr}}
+		env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: limits})
+		require.NoError(t, env.origin.Reconfigure(ups, limits))
+		cl := env.dial()
+		start := time.Now()
+		cl.send(soapRequest(1, "/svc", "", "<x/>"))
+		resp, err := httpwire.ReadResponse(cl.br, "POST", httpwire.Limits{})
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		_, err = io.ReadAll(resp.Body)
+		require.Error(t, err, "the response began, so the edge aborts the connection: a truncated body must not pass for a whole one")
+		require.Less(t, time.Since(start), 4*stall, "the stalled exchange was not ended before the upstream went on")
+	})
+}
