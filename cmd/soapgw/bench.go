@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -90,7 +91,7 @@ soapgw/identity and nginx-pair when nginx is installed.`,
 	f.StringVar(&o.configs, "configs", "", "configurations, comma-separated (default: "+strings.Join(bench.DefaultConfigs, ",")+")")
 	f.StringVar(&o.concurrency, "concurrency", "1,16", "client counts, comma-separated: 1 is one synchronous client as in the papers")
 	f.IntVarP(&o.calls, "calls", "n", 0, "measured calls per run (default: planned per profile to take about --budget)")
-	f.IntVar(&o.warmup, "warmup", bench.DefaultWarmup, "unmeasured warm-up calls per client before each run")
+	f.IntVar(&o.warmup, "warmup", bench.DefaultWarmup, "unmeasured warm-up calls per client before each run (at least one per client; 0: none, the measured calls set up the connections)")
 	f.Int64Var(&o.seed, "seed", trafficgen.DefaultSeed, "internal/trafficgen seed")
 	f.DurationVar(&o.budget, "budget", bench.DefaultBudget, "time one run aims for when --calls is not given")
 	f.DurationVar(&o.profBudget, "profile-budget", bench.DefaultProfileBudget, "without --scenarios: estimated time per profile and configuration; runs beyond it are left out by priority (0: no bound)")
@@ -121,7 +122,7 @@ func (o *benchOptions) options(cmd *cobra.Command) (bench.Options, error) {
 		Scenarios:        splitList(o.scenarios),
 		Configs:          splitList(o.configs),
 		Calls:            o.calls,
-		Warmup:           o.warmup,
+		Warmup:           cmp.Or(o.warmup, bench.NoWarmup),
 		Seed:             o.seed,
 		Budget:           o.budget,
 		ProfileBudget:    o.profBudget,
@@ -132,8 +133,8 @@ func (o *benchOptions) options(cmd *cobra.Command) (bench.Options, error) {
 		Version:          versionString(),
 		CommandLine:      "soapgw " + strings.Join(os.Args[1:], " "),
 	}
-	if o.calls < 0 || o.deliveries < 0 || o.warmup < 1 || o.budget <= 0 || o.runTimeout <= 0 || o.profBudget < 0 {
-		return opts, errors.New("bench: --calls, --oneway-deliveries and --profile-budget must not be negative; --warmup, --budget and --run-timeout must be positive")
+	if o.calls < 0 || o.deliveries < 0 || o.warmup < 0 || o.budget <= 0 || o.runTimeout <= 0 || o.profBudget < 0 {
+		return opts, errors.New("bench: --calls, --warmup, --oneway-deliveries and --profile-budget must not be negative; --budget and --run-timeout must be positive")
 	}
 	if o.out == "" {
 		return opts, errors.New("bench: --out must not be empty")

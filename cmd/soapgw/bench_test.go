@@ -104,6 +104,7 @@ func TestBenchUsageErrors(t *testing.T) {
 		{[]string{"bench", "--profiles", "loopback", "--configs", "soapgw/lz4"}, `unknown codec "lz4"`},
 		{[]string{"bench", "--calls", "-1"}, "--calls"},
 		{[]string{"bench", "--oneway-deliveries", "-1"}, "--oneway-deliveries"},
+		{[]string{"bench", "--warmup", "-1"}, "--warmup"},
 		{[]string{"bench", "extra"}, "accepts 0 arg"},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

@@ -20,7 +20,7 @@ type Options struct {
 	Configs     []string // empty: DefaultConfigs
 	Concurrency []int    // empty: 1
 	Calls       int      // measured calls per run; 0: planned from the profile and Budget
-	Warmup      int      // warm-up calls per client before each run; 0: 2
+	Warmup      int      // warm-up calls per client before each run; 0: DefaultWarmup; NoWarmup: none
 	Seed        int64    // testdata/gen seed
 	// Budget is the measured time one run aims for when Calls is 0.
 	Budget time.Duration
@@ -59,6 +59,9 @@ const (
 	DefaultBudget     = 600 * time.Millisecond
 	DefaultRunTimeout = 60 * time.Second
 	DefaultWarmup     = 1
+	// NoWarmup as Options.Warmup runs no warm-up call: for runs whose calls take an hour
+	// (2 MB over GPRS), the measured calls set up the tunnel and upstream connections.
+	NoWarmup = -1
 	// maxDefaultCalls caps the planned calls of one sequential run.
 	maxDefaultCalls = 300
 	// minDefaultCalls is the fewest calls a sequential run plans (slow links: gprs).
@@ -333,7 +336,7 @@ func (o Options) resolve() (_ Options, profiles []Profile, configs []Config, err
 	if o.RunTimeout <= 0 {
 		o.RunTimeout = DefaultRunTimeout
 	}
-	if o.Warmup <= 0 {
+	if o.Warmup == 0 {
 		o.Warmup = DefaultWarmup
 	}
 	if len(o.Concurrency) == 0 {
@@ -401,8 +404,12 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 			res.Scenarios = append(res.Scenarios, s)
 		}
 	}
+	warmNote := fmt.Sprintf("Each run: max(%d, clients) warm-up calls (not measured; tunnel and upstream keep-alive connections are set up there), then the measured calls.", o.Warmup)
+	if o.Warmup < 0 {
+		warmNote = "Each run: no warm-up call (--warmup 0): the measured calls include setting up the tunnel and upstream connections."
+	}
 	res.Notes = append(res.Notes,
-		fmt.Sprintf("Each run: max(%d, clients) warm-up calls (not measured; tunnel and upstream keep-alive connections are set up there), then the measured calls.", o.Warmup),
+		warmNote,
 		"Link bytes and packets are whole IP packets on the emulated link in both directions, counted from after the warm-up to the end of the measured calls (plus a short settle for the last ACKs/FINs), divided by the measured calls.",
 		"CPU and peak RSS are those of the middle-box processes only (nginx master and workers, soapgw edge and origin), during the measured calls; the client and the replay server run inside the bench process.",
 	)
@@ -581,8 +588,14 @@ func newPlan(o Options, profiles []Profile) *runPlan {
 const configStartEstimate = 500 * time.Millisecond
 
 // warmupCalls is the number of unmeasured calls before a run: o.Warmup, and at least
-// one per client so every client's path (upstream keep-alive connections) is set up.
-func warmupCalls(o Options, c int) int { return max(o.Warmup, c) }
+// one per client so every client's path (upstream keep-alive connections) is set up;
+// none with NoWarmup.
+func warmupCalls(o Options, c int) int {
+	if o.Warmup < 0 {
+		return 0
+	}
+	return max(o.Warmup, c)
+}
 
 // runEstimate is the rough duration of one run.
 func runEstimate(p Profile, s ScenarioSpec, c, n, warm int, limit time.Duration) time.Duration {

@@ -381,3 +381,16 @@ func TestDeliveryLimit(t *testing.T) {
 	require.Equal(t, 10*time.Second+2*210400*time.Millisecond, deliveryLimit(o, gprs, stress, 1000))
 	require.Equal(t, time.Minute, deliveryLimit(o, gprs, stress, 3))
 }
+
+func TestWarmupCalls(t *testing.T) {
+	for _, tc := range []struct {
+		warmup, clients, want int
+	}{
+		{1, 1, 1},
+		{1, 16, 16}, // at least one per client
+		{3, 2, 3},
+		{NoWarmup, 16, 0},
+	} {
+		require.Equal(t, tc.want, warmupCalls(Options{Warmup: tc.warmup}, tc.clients), "warmup %d, %d clients", tc.warmup, tc.clients)
+	}
+}
