@@ -218,8 +218,10 @@ func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelS
 	// whose host vanished (a half-open connection) instead of keeping it for good.
 	// An edge reading bulk responses over a slow link counts as alive while its kernel
 	// acknowledges them (PeerAcked), though our PING waits behind them.
+	// Instance: each connection's HELLO names this process and when it came up, so a
+	// resume can learn that a request never reached it (proxy/instance.go).
 	scfg := cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15 * time.Second, KeepaliveTimeout: 10 * time.Second,
-		MaxStreams: uint32(o.MaxStreams), PeerAcked: sockopt.PeerAcked}, enc) // MaxStreams 0: the tunnel's default
+		MaxStreams: uint32(o.MaxStreams), PeerAcked: sockopt.PeerAcked, Instance: g.origin.ConnectionInstance}, enc) // MaxStreams 0: the tunnel's default
 	tm.InitHandshakes()
 	origin := g.origin
 	g.tunSrv = tunnel.NewServer(tunnel.ServerConfig{

@@ -192,7 +192,7 @@ func (g *gateway) startUDPOrigin(o *config.OriginConfig, cs *codecs, enc tunnel.
 	g.udpLn = pc
 	origin := g.origin
 	g.udpSrv = quictun.NewServer(quictun.ServerConfig{
-		Session:           cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15e9, KeepaliveTimeout: 10e9}, enc),
+		Session:           cs.session(tunnel.Config{Node: g.cfg.Node, KeepaliveInterval: 15e9, KeepaliveTimeout: 10e9, Instance: g.origin.ConnectionInstance}, enc),
 		TLS:               g.originAuth.TLSConfig(quictun.ALPN),
 		Verify:            g.originAuth.VerifyEdge,
 		HandshakeTimeout:  o.HandshakeTimeout,

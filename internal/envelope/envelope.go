@@ -13,7 +13,7 @@
 //	kind 'Q' request:  exchangeID upstream method target protoMinor flags [contentLength] fieldCount {name value}
 //	kind 'R' response: status(uint16) reason protoMinor flags [contentLength] fieldCount {name value}
 //	kind 'E' error:    status(uint16) cause message
-//	kind 'U' resume:   exchangeID offset(uvarint)
+//	kind 'U' resume:   exchangeID offset(uvarint) [instance]
 //	kind 'C' continue: offset(uvarint)
 //
 // flags bit 0: the body length is known (contentLength follows); bit 1: the client asked
@@ -25,7 +25,12 @@
 // fails"). The edge sends a resume head alone on a new stream: the exchange id and how
 // many bytes of the response message (head included) it already has. The origin answers
 // with a continue head followed by the response message's bytes from that offset, or
-// with an error head when it holds no such exchange.
+// with an error head when it holds no such exchange. The resume's optional instance is
+// the one the origin named in the HELLO of the connection that carried the request (the
+// origin process and when it set the connection up): an origin that is that process, and
+// would still remember the exchange had it arrived since then, answers that the request
+// never reached it ("not_run": the edge may send it again) instead of "not_held" (outcome
+// unknown). When present it is not empty.
 //
 // One-way deliveries. A request whose exchange id starts with [OneWayPrefix] ("ow.") is a
 // one-way message the edge acknowledged to its client from its durable spool and now
@@ -109,6 +114,9 @@ func (e *Error) Error() string { return e.Message }
 type Resume struct {
 	ExchangeID string
 	Offset     int64
+	// Instance is what the origin named in the HELLO of the connection that carried the
+	// request; "" leaves it out.
+	Instance string
 }
 
 // Continue answers a Resume: the response message's bytes from Offset follow the head.
@@ -209,6 +217,9 @@ func (h *Resume) Append(b []byte) []byte {
 	b = append(b, Version, KindResume)
 	b = appendString(b, h.ExchangeID)
 	b = binary.AppendUvarint(b, uint64(h.Offset))
+	if h.Instance != "" {
+		b = appendString(b, h.Instance)
+	}
 	return finishHead(b, start)
 }
 
@@ -437,6 +448,11 @@ func ParseResume(head []byte) (*Resume, error) {
 	}
 	h := &Resume{ExchangeID: r.string("exchange id")}
 	off := r.uvarint("offset")
+	if r.err == nil && len(r.b) > 0 {
+		if h.Instance = r.string("instance"); r.err == nil && h.Instance == "" {
+			r.fail("empty instance")
+		}
+	}
 	r.end()
 	if r.err == nil && off > maxOffset {
 		r.fail("offset")

@@ -26,6 +26,8 @@ func TestGoldenHeads(t *testing.T) {
 			"08" + "01" + "45" + "01f6" + "0163" + "016d"},
 		{"resume", (&Resume{ExchangeID: "x-1", Offset: 300}).Append(nil),
 			"08" + "01" + "55" + "03782d31" + "ac02"},
+		{"resume naming the instance", (&Resume{ExchangeID: "x-1", Offset: 0, Instance: "i9.7"}).Append(nil),
+			"0c" + "01" + "55" + "03782d31" + "00" + "0469392e37"},
 		{"continue", (&Continue{Offset: 0}).Append(nil),
 			"03" + "01" + "43" + "00"},
 	} {
@@ -34,7 +36,8 @@ func TestGoldenHeads(t *testing.T) {
 }
 
 func TestResumeRoundTrip(t *testing.T) {
-	for _, r := range []Resume{{ExchangeID: "8f3a-17", Offset: 0}, {ExchangeID: "a", Offset: 1 << 40}} {
+	for _, r := range []Resume{{ExchangeID: "8f3a-17", Offset: 0}, {ExchangeID: "a", Offset: 1 << 40},
+		{ExchangeID: "b", Offset: 9, Instance: "3fa2c1d09e8b7a65.120034"}} {
 		head, body, err := Split(r.Append(nil))
 		require.NoError(t, err)
 		require.Empty(t, body)
@@ -59,12 +62,15 @@ func TestResumeRoundTrip(t *testing.T) {
 
 func TestResumeRejects(t *testing.T) {
 	for name, head := range map[string][]byte{
-		"empty id":       {Version, KindResume, 0, 0},
-		"trailing bytes": {Version, KindResume, 1, 'x', 0, 9},
-		"short offset":   {Version, KindResume, 1, 'x', 0x80},
-		"big offset":     {Version, KindResume, 1, 'x', 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x41},
-		"wrong kind":     {Version, KindContinue, 0},
-		"wrong version":  {2, KindResume, 1, 'x', 0},
+		"empty id":                 {Version, KindResume, 0, 0},
+		"trailing bytes":           {Version, KindResume, 1, 'x', 0, 9},
+		"short offset":             {Version, KindResume, 1, 'x', 0x80},
+		"big offset":               {Version, KindResume, 1, 'x', 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x41},
+		"wrong kind":               {Version, KindContinue, 0},
+		"wrong version":            {2, KindResume, 1, 'x', 0},
+		"empty instance":           {Version, KindResume, 1, 'x', 0, 0},
+		"short instance":           {Version, KindResume, 1, 'x', 0, 2, 'i'},
+		"bytes after the instance": {Version, KindResume, 1, 'x', 0, 1, 'i', 0},
 	} {
 		_, err := ParseResume(head)
 		require.ErrorIs(t, err, ErrMalformed, name)
@@ -87,6 +93,7 @@ func FuzzParseHeads(f *testing.F) {
 		(&Response{Status: 200, ContentLength: 3}).Append(nil),
 		(&Error{Status: 503, Cause: "c", Message: "m"}).Append(nil),
 		(&Resume{ExchangeID: "x", Offset: 5}).Append(nil),
+		(&Resume{ExchangeID: "x", Offset: 5, Instance: "3fa2.12"}).Append(nil),
 		(&Continue{Offset: 5}).Append(nil),
 	} {
 		f.Add(seed)

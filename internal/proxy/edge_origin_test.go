@@ -677,3 +677,71 @@ func TestEdgeResendsRequestCutAtItsEnd(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "not_run")))
 	require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("origin", "not_run")))
 }
+
+// unsentStream takes the request as sent and fails when the response is read, as a
+// connection does that dies with the request still in its buffers: nothing reached the
+// origin. Its connection's HELLO named instance.
+type unsentStream struct {
+	Stream
+	instance string
+}
+
+func (s *unsentStream) Write(p []byte) (int, error) { return len(p), nil }
+func (s *unsentStream) CloseWrite() error           { return nil }
+func (s *unsentStream) Read([]byte) (int, error)    { return 0, retryErr{false} }
+func (s *unsentStream) PeerInstance() string        { return s.instance }
+
+// TestEdgeResendsRequestThatNeverReachedTheOrigin: the tunnel connection dies with the
+// whole request written at the edge and none of it at the origin. The origin process that
+// set that connection up knows it never got the request (its HELLO named it; nothing it
+// forgot since could be it), says so to the resume (not_run), and the edge sends the
+// request again: the client gets the real answer, the server runs the call once. Another
+// process (a restart, a replica) cannot know that: outcome_unknown.
+func TestEdgeResendsRequestThatNeverReachedTheOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		instance     func(o *Origin) string
+		wantStatus   int
+		wantCalls    int32
+		wantUpstream int
+		edge, origin string // resume results counted
+	}{
+		{"same origin process", func(o *Origin) string { return o.ConnectionInstance() }, 200, 3, 1, "not_run", "never_arrived"},
+		{"another origin process", func(*Origin) string { return newOriginInstance().connection() }, 502, 2, 0, "not_held", "not_held"},
+		{"an edge that names no instance", func(*Origin) string { return "" }, 502, 2, 0, "not_held", "not_held"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newUpstream(t, okResponse("<ok/>"))
+			var calls atomic.Int32
+			m := NewMetrics(nil)
+			var env *testEnv
+			env = newEnv(t, envConfig{
+				Metrics:   m,
+				Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
+				Opener: func(base Opener) Opener {
+					return OpenerFunc(func(ctx context.Context) (Stream, error) {
+						st, err := base.OpenStream(ctx)
+						if err != nil || calls.Add(1) > 1 {
+							return st, err
+						}
+						return &unsentStream{Stream: st, instance: tc.instance(env.origin)}, nil
+					})
+				},
+			})
+			cl := env.dial()
+			cl.send(soapRequest(1, "/svc", "", soapBody))
+			if tc.wantStatus == 200 {
+				resp, body := cl.read("POST")
+				require.Equal(t, 200, resp.StatusCode, "%s", body)
+				require.Equal(t, "<ok/>", string(body))
+			} else {
+				f := cl.readFault()
+				require.Equal(t, causeOutcomeUnknown, f.cause)
+			}
+			require.Equal(t, tc.wantCalls, calls.Load())
+			require.Len(t, up.requests(), tc.wantUpstream, "never run twice")
+			require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", tc.edge)))
+			require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("origin", tc.origin)))
+		})
+	}
+}

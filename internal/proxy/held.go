@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -51,7 +52,27 @@ type heldStore struct {
 	bytes    int64 // held bytes, entry overhead included
 	tombs    map[string]time.Time
 	tombQ    []tombstone // tombs by time, oldest first: expiry looks at the head only
+
+	// gone remembers the exchanges the store held and forgot (expired, evicted, lost), by
+	// a hash of their id, the last maxGone of them; horizon is when the newest one it
+	// had to drop for room was forgotten. An exchange begun after horizon that is
+	// neither held nor gone never arrived (neverArrived). A hash collision can only make
+	// an exchange look as if it had arrived: the safe side.
+	seed    maphash.Seed
+	gone    map[uint64]int32 // hash → how many of goneQ have it
+	goneQ   []goneRecord     // ring, oldest at goneAt
+	goneAt  int
+	horizon time.Time
 }
+
+type goneRecord struct {
+	hash uint64
+	at   time.Time
+}
+
+// maxGone bounds the gone records: about 40 bytes each, 2.5 MiB when full. At 100
+// exchanges a second they reach eleven minutes back.
+const maxGone = 1 << 16
 
 type tombstone struct {
 	id string
@@ -77,7 +98,54 @@ func newHeldStore(window time.Duration, maxBytes int64, m *heldMetrics) *heldSto
 	return &heldStore{
 		window: window, maxBytes: maxBytes, maxEach: maxBytes / 8, now: time.Now, m: m,
 		byID: make(map[string]*heldExchange), tombs: make(map[string]time.Time),
+		seed: maphash.MakeSeed(), gone: make(map[uint64]int32),
 	}
+}
+
+// forgetLocked records that the store forgot the exchange id.
+func (s *heldStore) forgetLocked(id string) {
+	rec := goneRecord{hash: maphash.String(s.seed, id), at: s.now()}
+	if len(s.goneQ) < maxGone {
+		s.goneQ = append(s.goneQ, rec)
+	} else {
+		old := s.goneQ[s.goneAt]
+		if s.gone[old.hash]--; s.gone[old.hash] <= 0 {
+			delete(s.gone, old.hash)
+		}
+		s.horizon = old.at
+		s.goneQ[s.goneAt] = rec
+		s.goneAt = (s.goneAt + 1) % maxGone
+	}
+	s.gone[rec.hash]++
+}
+
+// neverArrived answers a resume for an id the store does not hold, whose request was
+// sent on a connection this process set up at since: when the store would remember it
+// had it arrived (it forgot nothing it must drop for room since then) and does not, the
+// request provably never reached this process. It then keeps the id as an exchange that
+// did not run, for its window: a resume learns so, the edge sends the request again and
+// it runs as new; should the first copy still arrive, it runs once all the same (begin).
+// Otherwise the id is tombstoned, as lookup does.
+func (s *heldStore) neverArrived(id string, since time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked()
+	_, tombed := s.tombs[id]
+	if s.byID[id] != nil || tombed || !s.horizon.Before(since) || s.gone[maphash.String(s.seed, id)] > 0 {
+		if !tombed && s.byID[id] == nil {
+			s.tombLocked(id)
+		}
+		return false
+	}
+	now := s.now()
+	h := &heldExchange{s: s, id: id, changed: make(chan struct{}), accounted: heldOverhead,
+		notRun: true, done: true, finishedAt: now}
+	s.byID[id] = h
+	s.bytes += heldOverhead
+	s.finished = append(s.finished, h)
+	s.m.entries.Inc()
+	s.m.bytes.Set(float64(s.bytes))
+	return true
 }
 
 // heldExchange is one exchange's response as the origin wrote it.
@@ -148,12 +216,16 @@ func (s *heldStore) lookup(id string) *heldExchange {
 		return h
 	}
 	if _, ok := s.tombs[id]; !ok {
-		now := s.now()
-		s.tombs[id] = now
-		s.tombQ = append(s.tombQ, tombstone{id, now})
-		s.m.tombstones.Set(float64(len(s.tombs)))
+		s.tombLocked(id)
 	}
 	return nil
+}
+
+func (s *heldStore) tombLocked(id string) {
+	now := s.now()
+	s.tombs[id] = now
+	s.tombQ = append(s.tombQ, tombstone{id, now})
+	s.m.tombstones.Set(float64(len(s.tombs)))
 }
 
 // expireLocked drops finished exchanges older than the window, and old tombstones.
@@ -189,6 +261,7 @@ func (s *heldStore) dropLocked(h *heldExchange, why string) {
 	s.head++
 	if s.byID[h.id] == h {
 		delete(s.byID, h.id)
+		s.forgetLocked(h.id)
 	}
 	h.mu.Lock()
 	s.bytes -= h.accounted
@@ -248,6 +321,7 @@ func (s *heldStore) finish(h *heldExchange) {
 	if lost {
 		if s.byID[h.id] == h {
 			delete(s.byID, h.id)
+			s.forgetLocked(h.id)
 			s.m.entries.Dec()
 		}
 		h.mu.Lock()

@@ -166,3 +166,65 @@ type closeCounter struct {
 }
 
 func (c *closeCounter) Close() error { c.closed++; return nil }
+
+// TestHeldStoreNeverArrived: a resume for an id the store neither holds nor forgot since
+// the request's connection came up proves the request never arrived; anything it may
+// have held, or forgot without a trace, does not.
+func TestHeldStoreNeverArrived(t *testing.T) {
+	s, now := testHeldStore(30*time.Second, 1<<20)
+	connUp := now.Add(-time.Second)
+
+	require.True(t, s.neverArrived("lost-1", connUp))
+	_, err := s.lookup("lost-1").wait(context.Background(), 0)
+	require.ErrorIs(t, err, errNotRun, "a second resume learns the same")
+	require.False(t, s.neverArrived("lost-1", connUp), "answered once; then held as not run")
+	h, how := s.begin("lost-1", nil)
+	require.Equal(t, heldNew, how, "the edge sends it again: it runs as new")
+	again, how := s.begin("lost-1", nil)
+	require.Equal(t, heldDuplicate, how, "should the first copy arrive late, it does not run twice")
+	require.Same(t, h, again)
+
+	require.False(t, s.neverArrived("lost-1", connUp), "held")
+
+	done, _ := s.begin("done-1", nil)
+	done.complete()
+	*now = now.Add(31 * time.Second)
+	require.Nil(t, s.lookup("done-1"), "expired")
+	require.False(t, s.neverArrived("done-1", connUp), "it was here and is forgotten: not provably absent")
+
+	require.Nil(t, s.lookup("tombed-1"))
+	require.False(t, s.neverArrived("tombed-1", connUp), "told not_held once: stays so")
+	_, how = s.begin("tombed-1", nil)
+	require.Equal(t, heldTombstoned, how)
+
+	// More forgotten exchanges than the store remembers: the horizon moves past the
+	// connection's start, and nothing is provable for it any more.
+	at := *now
+	for i := range maxGone + 1 {
+		s.mu.Lock()
+		s.forgetLocked(fmt.Sprint("filler-", i))
+		s.mu.Unlock()
+		*now = now.Add(time.Microsecond)
+	}
+	require.Equal(t, at, s.horizon, "the oldest record dropped for room")
+	require.False(t, s.neverArrived("lost-2", at), "the connection came up when a dropped record was forgotten")
+	require.True(t, s.neverArrived("lost-3", at.Add(time.Nanosecond)))
+	require.Len(t, s.gone, maxGone, "bounded")
+}
+
+func TestOriginInstance(t *testing.T) {
+	in := newOriginInstance()
+	name := in.connection()
+	since, ok := in.since(name)
+	require.True(t, ok)
+	require.False(t, since.After(time.Now()))
+	require.False(t, since.Before(in.started))
+
+	other := newOriginInstance()
+	_, ok = other.since(name)
+	require.False(t, ok, "another process (a restart, a replica) cannot vouch for this connection")
+	for _, bad := range []string{"", in.id, in.id + ".", in.id + ".-1", in.id + ".01", in.id + ".x", "." + "5"} {
+		_, ok := in.since(bad)
+		require.False(t, ok, "%q", bad)
+	}
+}

@@ -33,6 +33,7 @@ type Origin struct {
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 	held     *heldStore    // responses kept for edges to collect after a cut; nil: off
+	instance originInstance
 
 	warnOneWayOff *ratelog.Limiter
 	oneWaySlots   chan struct{} // semaphore: OriginConfig.OneWayConcurrency
@@ -67,7 +68,7 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	}
 	lim := cfg.Limits.withDefaults()
 	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
-		flushDelay: cfg.StreamFlushDelay}
+		flushDelay: cfg.StreamFlushDelay, instance: newOriginInstance()}
 	o.warnOneWayOff = ratelog.New(o.log, time.Minute)
 	if cfg.OneWayConcurrency <= 0 {
 		cfg.OneWayConcurrency = DefaultOneWayConcurrency

@@ -46,6 +46,7 @@ type resumer struct {
 	m      *heldMetrics
 
 	st       Stream
+	instance string        // what the origin named in the HELLO of the request's connection
 	br       *bufio.Reader // over a resumed stream, past the answer's head; nil: read st
 	read     int64         // bytes of the response message read so far
 	resumes  int
@@ -67,7 +68,11 @@ const (
 var errNoResumeStream = errors.New("no tunnel connection to the origin came up within dial_timeout")
 
 func newResumer(ctx context.Context, id string, opener Opener, st Stream, m *heldMetrics) *resumer {
-	return &resumer{ctx: ctx, id: id, opener: opener, st: st, m: m}
+	r := &resumer{ctx: ctx, id: id, opener: opener, st: st, m: m}
+	if pi, ok := st.(interface{ PeerInstance() string }); ok {
+		r.instance = pi.PeerInstance()
+	}
+	return r
 }
 
 func (r *resumer) Read(p []byte) (int, error) {
@@ -160,7 +165,7 @@ func (r *resumer) ask() (Stream, *bufio.Reader, error) {
 		_ = st.SetDeadline(r.deadline)
 	}
 	r.stops = append(r.stops, context.AfterFunc(r.ctx, func() { _ = st.Close() }))
-	_, err = st.Write((&envelope.Resume{ExchangeID: r.id, Offset: r.read}).Append(nil))
+	_, err = st.Write((&envelope.Resume{ExchangeID: r.id, Offset: r.read, Instance: r.instance}).Append(nil))
 	if err == nil {
 		err = st.CloseWrite()
 	}
@@ -239,6 +244,18 @@ func (o *Origin) serveResume(ctx context.Context, st Stream, head []byte) {
 	res, err := envelope.ParseResume(head)
 	if err != nil {
 		o.fail(st, time.Now(), "", "", "", &gatewayError{Status: 502, Cause: causeInternal, Message: "soapgw: origin could not read a resume from the tunnel: " + err.Error()}, err)
+		return
+	}
+	if o.held == nil {
+		o.answerResume(st, 0, nil, &gatewayError{Status: 502, Cause: resumeNotHeld,
+			Message: fmt.Sprintf("soapgw: origin %q keeps no responses (origin.resume_window < 0): the server may have executed exchange %s", o.cfg.Node, res.ExchangeID)})
+		return
+	}
+	if since, ok := o.instance.since(res.Instance); ok && o.held.neverArrived(res.ExchangeID, since) {
+		o.held.m.resumes.WithLabelValues("origin", "never_arrived").Inc()
+		o.log.Info("resume for an exchange whose request never reached this origin; the edge sends it again", "exchange", res.ExchangeID)
+		o.answerResume(st, 0, nil, &gatewayError{Status: 502, Cause: resumeNotRun,
+			Message: fmt.Sprintf("soapgw: exchange %s never reached origin %q: not run", res.ExchangeID, o.cfg.Node)})
 		return
 	}
 	h := o.held.lookup(res.ExchangeID)

@@ -13,6 +13,11 @@ import (
 type Config struct {
 	// Node is this gateway's identity, sent in HELLO and used in the peer's logs and metrics.
 	Node string
+	// Instance, when set, is called once per connection for HELLO's instance
+	// (frame.Hello.Instance): an origin names itself and when it set the connection up
+	// (proxy.Origin.ConnectionInstance), so that an edge's resume can say which process
+	// had its request and since when.
+	Instance func() string
 	// Codecs are the message codecs this side implements, to encode and to decode; their ids
 	// (1..127, unique) go into HELLO. Identity (id 0) is built in and always implied.
 	Codecs []MessageCodec
@@ -178,5 +183,13 @@ func (c *Config) hello() frame.Hello {
 		MaxStreams: c.MaxStreams,
 		MaxCoded:   maxCoded,
 		Formats:    formats,
+		Instance:   c.instance(),
 	}
+}
+
+func (c *Config) instance() string {
+	if c.Instance == nil {
+		return ""
+	}
+	return c.Instance()
 }

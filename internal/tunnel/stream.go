@@ -208,6 +208,10 @@ func (st *Stream) maxData() int {
 	return n
 }
 
+// PeerInstance is the instance the peer named in its HELLO (empty if it named none): the
+// process at the other end of this stream's connection.
+func (st *Stream) PeerInstance() string { return st.s.peer.Instance }
+
 // SetEncoding overrides Config.Encoding for this stream's outgoing message (nil: send it
 // as identity). It takes effect only when called before the first Write, Flush or
 // CloseWrite.

@@ -105,3 +105,23 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		require.False(t, errors.As(sst.Err(), &rp) && rp.ResetByPeer(), "a lost connection is not a reset: %v", sst.Err())
 	})
 }
+
+// The instance a side names in HELLO reaches the other side's streams on that
+// connection: a resume tells the origin which process had the request
+// (proxy/instance.go). A side that names none leaves it empty.
+func TestStreamPeerInstance(t *testing.T) {
+	c, s := sessionPair(t, tcpPair, &Config{Node: "edge"}, &Config{Node: "origin", Instance: func() string { return "3fa2.120034" }})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.OpenStream(ctx)
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = st.Write([]byte("x"))
+	require.NoError(t, err)
+	require.NoError(t, st.Flush())
+	require.Equal(t, "3fa2.120034", st.PeerInstance())
+	ss, err := s.AcceptStream(ctx)
+	require.NoError(t, err)
+	defer ss.Close()
+	require.Equal(t, "", ss.PeerInstance())
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -48,7 +49,15 @@ type Hello struct {
 	// dictionaries, then fall back to a codec they agree on instead of exchanging
 	// payloads the other cannot decode.
 	Formats map[string]uint32 `json:"formats,omitempty"`
+	// Instance names the sender's process: a new one each time the gateway starts
+	// (absent: the sender does not say). An edge that resumes an exchange tells the
+	// origin which instance had its request, so the origin can say "I never got it"
+	// only of requests sent to itself (proxy: resume.go).
+	Instance string `json:"instance,omitempty"`
 }
+
+// MaxInstance bounds HELLO's instance.
+const MaxInstance = 64
 
 // FormatOf returns the format h announces for codec id (0 if none).
 func (h Hello) FormatOf(id uint8) uint32 { return h.Formats[strconv.Itoa(int(id))] }
@@ -79,6 +88,9 @@ func ParseHello(b []byte) (Hello, error) {
 	}
 	if len(h.Node) > MaxNode || !utf8.ValidString(h.Node) {
 		return h, fmt.Errorf("%w: hello node name is not UTF-8 of at most %d bytes", ErrBadPayload, MaxNode)
+	}
+	if len(h.Instance) > MaxInstance || strings.IndexFunc(h.Instance, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+		return h, fmt.Errorf("%w: hello instance is not printable ASCII of at most %d bytes", ErrBadPayload, MaxInstance)
 	}
 	if h.MaxFrame < 1024 || h.MaxFrame > MaxPayload {
 		return h, fmt.Errorf("%w: hello max_frame %d outside [1024, %d]", ErrBadPayload, h.MaxFrame, MaxPayload)

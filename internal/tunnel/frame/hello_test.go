@@ -39,6 +39,7 @@ func TestHelloRoundTrip(t *testing.T) {
 		{Proto: 1, Node: `quo"te\ <&> ünï`, Codecs: []uint8{}, MaxFrame: 4096, Window: 1 << 20, MaxStreams: 64, MaxCoded: 1},
 		{Proto: 3, Node: "e", Codecs: []uint8{0, 2, 4}, MaxFrame: 4096, Window: 4096, MaxStreams: 1, MaxCoded: 1,
 			Formats: map[string]uint32{"2": 1, "4": 1<<32 - 1}},
+		{Proto: 3, Node: "o", Codecs: []uint8{0}, MaxFrame: 4096, Window: 4096, MaxStreams: 1, Instance: "3fa2c1d09e8b7a65.120034"},
 	}
 	for _, want := range tests {
 		b := frame.AppendHello(nil, want)
@@ -257,5 +258,30 @@ func TestParseHelloFormats(t *testing.T) {
 			require.Equal(t, uint32(1<<32-1), h.FormatOf(127))
 			require.Zero(t, h.FormatOf(2), "an unlisted codec is format 0")
 		}
+	}
+}
+
+func TestParseHelloInstance(t *testing.T) {
+	for _, tc := range []struct {
+		instance string
+		ok       bool
+	}{
+		{"3fa2c1d09e8b7a65.120034", true},
+		{strings.Repeat("a", frame.MaxInstance), true},
+		{strings.Repeat("a", frame.MaxInstance+1), false},
+		{"with space", false},
+		{"ünï", false},
+		{"tab\t", false},
+	} {
+		b, err := json.Marshal(map[string]any{"proto": 3, "node": "n", "codecs": []int{0}, "max_frame": 1024,
+			"window": 1024, "max_streams": 1, "instance": tc.instance})
+		require.NoError(t, err)
+		h, err := frame.ParseHello(b)
+		if !tc.ok {
+			require.ErrorIs(t, err, frame.ErrBadPayload, "%q", tc.instance)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.instance)
+		require.Equal(t, tc.instance, h.Instance)
 	}
 }

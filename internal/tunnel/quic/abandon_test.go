@@ -85,3 +85,15 @@ func TestUDPOriginLearnsEdgeAbandon(t *testing.T) {
 		})
 	}
 }
+
+// The instance the origin names in a connection's HELLO reaches the edge's streams on it:
+// a resume tells the origin which process had the request (proxy/instance.go).
+func TestUDPStreamNamesPeerInstance(t *testing.T) {
+	p := newPair(t, pairOptions{instance: func() string { return "3fa2.120034" }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := p.peer.OpenStream(ctx)
+	require.NoError(t, err)
+	defer st.Close()
+	require.Equal(t, "3fa2.120034", st.PeerInstance())
+}

@@ -200,6 +200,9 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 // hello is what this side announces on the control stream.
 func (c *conn) hello(maxStreams int64) frame.Hello {
 	h := frame.Hello{Proto: 1, Node: c.cfg.Node, Codecs: frame.CodecIDs{0}, MaxFrame: 64 << 10, Window: 1 << 20, MaxStreams: uint32(max(maxStreams, 1))}
+	if c.cfg.Instance != nil {
+		h.Instance = c.cfg.Instance()
+	}
 	if len(c.cfg.Codecs) > 0 {
 		h.MaxCoded = uint32(c.cfg.MaxCodedMessage)
 		h.Formats = map[string]uint32{}

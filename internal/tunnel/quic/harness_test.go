@@ -93,11 +93,12 @@ type pair struct {
 type pairOptions struct {
 	codecs   bool
 	encoding tunnel.Encoding
-	edgeKey  string // key file content for the edge; default the origin's
-	plain    bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
-	window   int    // sequenced window, both sides
-	copies   bool   // redundancy on the edge
-	insecure bool   // insecure: true on both sides (encrypted, nobody verified)
+	edgeKey  string        // key file content for the edge; default the origin's
+	plain    bool          // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
+	window   int           // sequenced window, both sides
+	copies   bool          // redundancy on the edge
+	instance func() string // the origin's tunnel.Config.Instance
+	insecure bool          // insecure: true on both sides (encrypted, nobody verified)
 	// keepalive is both sides' keepalive interval and timeout (default 2 s); the QUIC
 	// idle timeout is the interval plus max(timeout, 1 s).
 	keepalive time.Duration
@@ -129,7 +130,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	if ka == 0 {
 		ka = 2 * time.Second
 	}
-	sess := &tunnel.Config{Node: "origin", KeepaliveInterval: ka, KeepaliveTimeout: ka}
+	sess := &tunnel.Config{Node: "origin", KeepaliveInterval: ka, KeepaliveTimeout: ka, Instance: o.instance}
 	esess := &tunnel.Config{Node: "edge", KeepaliveInterval: ka, KeepaliveTimeout: ka}
 	if o.codecs {
 		sess.Codecs, esess.Codecs = testCodecs(t), testCodecs(t)

@@ -76,6 +76,10 @@ func newStream(c *conn, qs streamIO, onClose func()) *Stream {
 	return &Stream{c: c, qs: qs, encoding: c.cfg.Encoding, onClose: onClose}
 }
 
+// PeerInstance is the instance the peer named in its HELLO (empty if it named none): the
+// process at the other end of this stream's connection.
+func (st *Stream) PeerInstance() string { return st.c.peer.Instance }
+
 // SetEncoding overrides the connection's codec policy for this stream's outgoing message.
 func (st *Stream) SetEncoding(e tunnel.Encoding) {
 	st.wmu.Lock()
