@@ -161,8 +161,8 @@ func rsTally(t *testing.T, up *rsUpstream, calls []rsCall) (ok, failed, executed
 // real answer: the origin finishes the upstream call and the edge collects the response
 // on a new connection. The server executes each call at most once, and executions equal
 // the calls the clients saw succeed. A call whose request was cut before the origin had
-// it whole may end with outcome_unknown: the edge cannot prove the origin never had it
-// (the origin it asks could be another process), so it does not say "not delivered".
+// it whole is sent again: the origin process that set up the dead connection (its HELLO
+// named it) says it never got the request. So no call fails.
 func TestTunnelCutCompletesExchanges(t *testing.T) {
 	up := startRSUpstream(t, 300*time.Millisecond)
 	ref := ccStartUpstream(t)
@@ -187,6 +187,7 @@ func TestTunnelCutCompletesExchanges(t *testing.T) {
 		cuts, ok, failed, executed, dups, unknown, unknownNotRun, resumed)
 	require.Equal(t, ok, executed, "server executions == client successes: every call the origin had completed")
 	require.Equal(t, unknown, unknownNotRun, "the origin was alive: an outcome_unknown is only for a request it never had")
+	require.Zero(t, failed, "the origin process lived: every call gets its real answer")
 	require.Positive(t, resumed, "no exchange was resumed: the cuts missed every exchange in flight")
 }
 
