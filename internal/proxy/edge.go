@@ -612,15 +612,14 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		stop := context.AfterFunc(ctx, func() { _ = opened.Close() })
 		defer stop()
 		if replayable {
-			_, err = st.Write(msg)
-			x.clock.touch()
+			_, err = busyStream{st, x.clock}.Write(msg)
 			if err == nil {
 				if cerr := st.CloseWrite(); cerr != nil {
 					err = &requestEndError{cerr}
 				}
 			}
 		} else {
-			err = e.sendStreamed(st, msg, x.req)
+			err = e.sendStreamed(busyStream{st, x.clock}, msg, x.req)
 			switch {
 			case errors.Is(err, errTooLarge):
 				_ = st.Close()

@@ -491,7 +491,9 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
 		faultCode = faultCodeOf(b)
 	}
-	n, err := o.sendResponse(st, uc, resp, x.clock)
+	// Writes into the tunnel are the exchange's progress, and blocking in one is not a
+	// stall (progressClock).
+	n, err := o.sendResponse(busyStream{st, x.clock}, uc, resp)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
@@ -693,7 +695,7 @@ func copyBody(w io.Writer, r io.Reader) (int64, error) {
 // nothing more at hand (an upstream trickling without pauses). A flush makes the tunnel
 // stream the rest of the message uncoded, so from then on what the origin holds is pushed
 // whenever the upstream has nothing more at hand.
-func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response, clock *progressClock) (int64, error) {
+func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response) (int64, error) {
 	head := responseHead{
 		Status:        resp.StatusCode,
 		Reason:        resp.Reason,
@@ -764,7 +766,6 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 			if _, werr := st.Write(buf[:k]); werr != nil {
 				return n, werr
 			}
-			clock.touch() // on a slow link a write returns as the tunnel takes the bytes
 			n += int64(k)
 			if fl != nil && heldSince.IsZero() {
 				heldSince = time.Now()

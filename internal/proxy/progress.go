@@ -19,7 +19,13 @@ import (
 //
 // The legs touch the clock when they move bytes (an atomic store, no timer reset per
 // read or write); one timer checks it when the stall could have passed and re-arms for
-// the time the last touch leaves. When it expires it runs the hooks registered with
+// the time the last touch leaves.
+//
+// Time spent blocked writing into the tunnel is not a stall (busyStream): the stream's
+// window opens as fast as the other gateway consumes it, which on a slow link shared by
+// many exchanges can be minutes per window. The other gateway judges that side of the
+// queue with its own clock (it resets the stream when its exchange stalls), and the
+// tunnel's keepalive judges the connection. When it expires it runs the hooks registered with
 // onExpire once (they unblock the legs and cancel the exchange's context with
 // errNoProgress). stop ends it; after stop no hook runs.
 type progressClock struct {
@@ -27,6 +33,7 @@ type progressClock struct {
 	end   time.Time // hard bound; zero: none
 	base  time.Time // monotonic origin of last
 	last  atomic.Int64
+	busy  atomic.Int32 // writes into the tunnel under way (busyStream)
 
 	mu      sync.Mutex
 	timer   *time.Timer
@@ -67,6 +74,9 @@ func (c *progressClock) check() {
 	defer c.mu.Unlock()
 	if c.stopped || c.expired {
 		return
+	}
+	if c.busy.Load() > 0 {
+		c.touch() // blocked writing into the tunnel: the peer gateway judges that (end still holds)
 	}
 	if d := c.wait(time.Now()); d > 0 {
 		c.timer.Reset(d) // touched since the timer was set
@@ -129,4 +139,38 @@ func (p progressReader) Read(b []byte) (int, error) {
 		p.c.touch()
 	}
 	return n, err
+}
+
+// busyStream is a Stream whose writes (and flushes) hold c while they block: waiting for
+// the tunnel's window is not a stall of the exchange (see progressClock); a write that
+// returns touches it.
+type busyStream struct {
+	Stream
+	c *progressClock
+}
+
+func (s busyStream) Write(p []byte) (int, error) {
+	s.c.enter()
+	defer s.c.leave()
+	return s.Stream.Write(p)
+}
+
+func (s busyStream) Flush() error {
+	s.c.enter()
+	defer s.c.leave()
+	return s.Stream.Flush()
+}
+
+// enter and leave bracket a write into the tunnel. Safe on a nil clock.
+func (c *progressClock) enter() {
+	if c != nil {
+		c.busy.Add(1)
+	}
+}
+
+func (c *progressClock) leave() {
+	if c != nil {
+		c.busy.Add(-1)
+		c.touch()
+	}
 }

@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -136,4 +139,86 @@ func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 		require.Error(t, err, "the response began, so the edge aborts the connection: a truncated body must not pass for a whole one")
 		require.Less(t, time.Since(start), 4*stall, "the stalled exchange was not ended before the upstream went on")
 	})
+}
+
+func TestProgressClockBusyWriteIsNoStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		c := startProgressClock(time.Second, time.Time{})
+		defer c.stop()
+		expired := make(chan time.Duration, 1)
+		c.onExpire(func() { expired <- time.Since(start) })
+		c.enter() // a write into the tunnel waits for its window
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		require.Empty(t, expired, "blocked in a tunnel write: the other gateway judges that")
+		c.leave()
+		require.Equal(t, 11*time.Second, <-expired, "a stall counts from the write's end")
+	})
+}
+
+// slowTunnelStream stands for an origin's tunnel stream on a slow link shared by many
+// exchanges: the request is there at once, each write of the response waits for the
+// stream's window for longer than exchange_timeout. A deadline set on it (the clock's
+// expiry) fails the writes.
+type slowTunnelStream struct {
+	in    *strings.Reader
+	delay time.Duration
+
+	mu     sync.Mutex
+	out    []byte
+	ended  bool
+	closed bool
+	dl     time.Time
+}
+
+func (s *slowTunnelStream) Read(p []byte) (int, error) { return s.in.Read(p) }
+func (s *slowTunnelStream) Write(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.dl.IsZero() && time.Now().After(s.dl) {
+		return 0, os.ErrDeadlineExceeded
+	}
+	s.out = append(s.out, p...)
+	return len(p), nil
+}
+func (s *slowTunnelStream) Flush() error { return nil }
+func (s *slowTunnelStream) CloseWrite() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	return nil
+}
+func (s *slowTunnelStream) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+func (s *slowTunnelStream) SetDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dl = t
+	return nil
+}
+
+// TestOriginWaitingForTheTunnelIsNoStall: sixteen 2 MB responses share GPRS, and a
+// stream's window opens every few minutes; the origin's writes wait that long each. That
+// is the link's pace, not a stalled exchange: the response is delivered whole.
+func TestOriginWaitingForTheTunnelIsNoStall(t *testing.T) {
+	const stall = 300 * time.Millisecond
+	body := strings.Repeat("<item>slow link</item>", 4000) // 88 KB: several writes
+	up := newUpstream(t, okResponse(body))
+	o, err := NewOrigin(OriginConfig{Node: "origin-test", Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
+		Limits: Limits{ExchangeTimeout: stall}}, nil, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	req := requestHead{ExchangeID: "slow-1", Upstream: "up", Method: "POST", Target: "/svc", ProtoMinor: 1, ContentLength: 4}
+	st := &slowTunnelStream{in: strings.NewReader(string(req.Append(nil)) + "<x/>"), delay: 2 * stall}
+	o.ServeStream(context.Background(), st)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.True(t, st.ended, "the response was not delivered whole")
+	require.True(t, strings.HasSuffix(string(st.out), body))
 }

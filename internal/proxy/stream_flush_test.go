@@ -483,7 +483,7 @@ func TestSendResponseFlushTimer(t *testing.T) {
 			}()
 			resp, err := httpwire.ReadResponse(uc.br, "POST", httpwire.Limits{})
 			require.NoError(t, err)
-			_, err = o.sendResponse(st, uc, resp, nil)
+			_, err = o.sendResponse(st, uc, resp)
 			st.done.Store(true)
 			close(stop)
 			if tc.wantErr != nil {
