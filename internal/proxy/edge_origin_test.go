@@ -653,19 +653,8 @@ func TestEdgeResendsRequestCutAtItsEnd(t *testing.T) {
 	up := newUpstream(t, okResponse("<ok/>"))
 	var calls atomic.Int32
 	m := NewMetrics(nil)
-	var env *testEnv
-	env = newEnv(t, envConfig{
-		Metrics:   m,
-		Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
-		Opener: func(base Opener) Opener {
-			return OpenerFunc(func(ctx context.Context) (Stream, error) {
-				st, err := base.OpenStream(ctx)
-				if err != nil || calls.Add(1) > 1 {
-					return st, err
-				}
-				return &cutEndStream{Stream: st, origin: env.origin}, nil
-			})
-		},
+	env := envFirstStream(t, up, m, &calls, func(env *testEnv, st Stream) Stream {
+		return &cutEndStream{Stream: st, origin: env.origin}
 	})
 	cl := env.dial()
 	cl.send(soapRequest(1, "/svc", "", soapBody))
@@ -714,19 +703,8 @@ func TestEdgeResendsRequestThatNeverReachedTheOrigin(t *testing.T) {
 			up := newUpstream(t, okResponse("<ok/>"))
 			var calls atomic.Int32
 			m := NewMetrics(nil)
-			var env *testEnv
-			env = newEnv(t, envConfig{
-				Metrics:   m,
-				Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
-				Opener: func(base Opener) Opener {
-					return OpenerFunc(func(ctx context.Context) (Stream, error) {
-						st, err := base.OpenStream(ctx)
-						if err != nil || calls.Add(1) > 1 {
-							return st, err
-						}
-						return &unsentStream{Stream: st, instance: tc.instance(env.origin)}, nil
-					})
-				},
+			env := envFirstStream(t, up, m, &calls, func(env *testEnv, st Stream) Stream {
+				return &unsentStream{Stream: st, instance: tc.instance(env.origin)}
 			})
 			cl := env.dial()
 			cl.send(soapRequest(1, "/svc", "", soapBody))
@@ -744,4 +722,24 @@ func TestEdgeResendsRequestThatNeverReachedTheOrigin(t *testing.T) {
 			require.Equal(t, 1.0, testutil.ToFloat64(m.held.resumes.WithLabelValues("origin", tc.origin)))
 		})
 	}
+}
+
+// envFirstStream is a pair whose edge gets its first tunnel stream through wrap (a stream
+// that fails in some way) and the later ones as they are; calls counts the streams opened.
+func envFirstStream(t *testing.T, up *fakeUpstream, m *Metrics, calls *atomic.Int32, wrap func(env *testEnv, st Stream) Stream) *testEnv {
+	var env *testEnv
+	env = newEnv(t, envConfig{
+		Metrics:   m,
+		Upstreams: []Upstream{{Name: "up", Address: up.addr()}},
+		Opener: func(base Opener) Opener {
+			return OpenerFunc(func(ctx context.Context) (Stream, error) {
+				st, err := base.OpenStream(ctx)
+				if err != nil || calls.Add(1) > 1 {
+					return st, err
+				}
+				return wrap(env, st), nil
+			})
+		},
+	})
+	return env
 }

@@ -18,13 +18,20 @@ import (
 	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
+// watchedClock starts a clock (stopped at the test's end) and reports on expired how long
+// after its start it expired.
+func watchedClock(t *testing.T, stall time.Duration, end time.Time) (*progressClock, chan time.Duration) {
+	start := time.Now()
+	c := startProgressClock(stall, end)
+	t.Cleanup(c.stop)
+	expired := make(chan time.Duration, 1)
+	c.onExpire(func() { expired <- time.Since(start) })
+	return c, expired
+}
+
 func TestProgressClockExpiresOnlyAfterAStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		c := startProgressClock(time.Second, time.Time{})
-		defer c.stop()
-		expired := make(chan time.Duration, 1)
-		c.onExpire(func() { expired <- time.Since(start) })
+		c, expired := watchedClock(t, time.Second, time.Time{})
 		for range 5 { // 4 s of an exchange that keeps moving
 			time.Sleep(800 * time.Millisecond)
 			c.touch()
@@ -44,11 +51,7 @@ func TestProgressClockExpiresOnlyAfterAStall(t *testing.T) {
 
 func TestProgressClockHardBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		c := startProgressClock(time.Second, start.Add(3*time.Second))
-		defer c.stop()
-		expired := make(chan time.Duration, 1)
-		c.onExpire(func() { expired <- time.Since(start) })
+		c, expired := watchedClock(t, time.Second, time.Now().Add(3*time.Second))
 		for range 10 {
 			time.Sleep(500 * time.Millisecond)
 			c.touch()
@@ -143,11 +146,7 @@ func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 
 func TestProgressClockBusyWriteIsNoStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		start := time.Now()
-		c := startProgressClock(time.Second, time.Time{})
-		defer c.stop()
-		expired := make(chan time.Duration, 1)
-		c.onExpire(func() { expired <- time.Since(start) })
+		c, expired := watchedClock(t, time.Second, time.Time{})
 		c.enter() // a write into the tunnel waits for its window
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
