@@ -112,15 +112,20 @@ func trickleUpstream(t *testing.T, chunks int, gap time.Duration, stallAfter int
 func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 	const stall = time.Second
 	limits := Limits{ExchangeTimeout: stall}
-
-	t.Run("flowing", func(t *testing.T) {
-		addr, want := trickleUpstream(t, 16, stall/5, 0, 0) // 3.2 s in all
+	// call sends a request through a pair with limits at both ends to the upstream at addr.
+	call := func(t *testing.T, addr string) (*client, time.Time) {
 		ups := []Upstream{{Name: "up", Address: addr}}
 		env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: limits})
 		require.NoError(t, env.origin.Reconfigure(ups, limits))
 		cl := env.dial()
 		start := time.Now()
 		cl.send(soapRequest(1, "/svc", "", "<x/>"))
+		return cl, start
+	}
+
+	t.Run("flowing", func(t *testing.T) {
+		addr, want := trickleUpstream(t, 16, stall/5, 0, 0) // 3.2 s in all
+		cl, start := call(t, addr)
 		resp, body := cl.read("POST")
 		require.Equal(t, 200, resp.StatusCode)
 		require.Equal(t, want, string(body))
@@ -129,12 +134,7 @@ func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 
 	t.Run("stalled", func(t *testing.T) {
 		addr, _ := trickleUpstream(t, 4, 0, 2, 4*stall)
-		ups := []Upstream{{Name: "up", Address: addr}}
-		env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: limits})
-		require.NoError(t, env.origin.Reconfigure(ups, limits))
-		cl := env.dial()
-		start := time.Now()
-		cl.send(soapRequest(1, "/svc", "", "<x/>"))
+		cl, start := call(t, addr)
 		resp, err := httpwire.ReadResponse(cl.br, "POST", httpwire.Limits{})
 		require.NoError(t, err)
 		require.Equal(t, 200, resp.StatusCode)
