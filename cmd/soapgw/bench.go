@@ -97,7 +97,7 @@ soapgw/identity and nginx-pair when nginx is installed.`,
 	f.DurationVar(&o.profBudget, "profile-budget", bench.DefaultProfileBudget, "without --scenarios: estimated time per profile and configuration; runs beyond it are left out by priority (0: no bound)")
 	f.DurationVar(&o.runTimeout, "run-timeout", bench.DefaultRunTimeout, "bound on one run; calls not started by then are left out (truncated)")
 	f.StringVar(&o.binary, "binary", "", "soapgw binary for the soapgw configurations (default: this executable)")
-	f.IntVar(&o.deliveries, "oneway-deliveries", 0, "edge.one_way.deliveries of the soapgw configurations: one-way messages delivered at once (default: soapgw's, 256)")
+	f.IntVar(&o.deliveries, "oneway-deliveries", 0, "edge.one_way.deliveries of the soapgw configurations: one-way messages delivered at once (default: soapgw's, 1024)")
 	f.StringVar(&o.out, "out", "bench-results", "directory for results.json, report.md and the charts")
 	f.StringVar(&o.workDir, "work-dir", "", "keep generated configurations and logs here (default: a temp dir, removed)")
 	f.BoolVar(&o.smoke, "smoke", false, "quick check: one profile, stress, 20 calls, direct + soapgw/identity (+ nginx-pair); exits 1 on any failure")

@@ -215,7 +215,7 @@ type EdgeOneWay struct {
 	// Deliveries is how many messages are in flight to the origin at once (at
 	// most 32 MiB of them): a link carries at most this many per round trip.
 	// The origin sends at most its one_way.max_concurrent of them to the
-	// server at once. 1 to 4096. Default: 256.
+	// server at once. 1 to 4096. Default: 1024 (what fills a lossy GPRS link).
 	Deliveries int `yaml:"deliveries"`
 	// Ordered delivers one message at a time per upstream, in the order
 	// the edge accepted them. Default: false.
@@ -245,7 +245,7 @@ func (o *EdgeOneWay) setDefaults() {
 	o.MaxDeadLetters = 10_000
 	o.DeadLetters = true
 	o.AcceptStatus = 202
-	o.Deliveries = 256
+	o.Deliveries = 1024
 	o.RetryMax = 30 * time.Second
 }
 

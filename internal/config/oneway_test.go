@@ -30,7 +30,7 @@ func TestOneWayDefaults(t *testing.T) {
 	require.NoError(t, err)
 	ow := c.Edge.OneWay
 	require.Equal(t, EdgeOneWay{Spool: "/tmp/spool.db", MaxBytes: 256 << 20, MaxMessages: 100_000, MaxDeadLetters: 10_000,
-		DeadLetters: true, AcceptStatus: 202, Deliveries: 256, RetryMax: 30 * time.Second,
+		DeadLetters: true, AcceptStatus: 202, Deliveries: 1024, RetryMax: 30 * time.Second,
 		Operations: []OneWayOperation{{Action: "urn:Notify"}}}, *ow)
 	require.Equal(t, OriginOneWay{Ledger: "/tmp/ledger.db", Retention: 168 * time.Hour, InDoubt: InDoubtHold, MaxConcurrent: 16}, *c.Origin.OneWay)
 }
