@@ -33,6 +33,7 @@ type forwarder struct {
 
 	// Owned by run.
 	delivered []uint64 // settled as delivered, to delete from the spool in one commit
+	deletedAt time.Time // the last deleteDelivered commit
 	next      uint64   // messages with a larger seq have not been queued yet
 	queues    map[groupKey]*deliveryQueue
 	peers     map[string]*peerBackoff
@@ -102,10 +103,14 @@ func (f *forwarder) run(ctx context.Context) {
 	defer gauges.Stop()
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
+	deletes := time.NewTimer(time.Hour)
+	defer deletes.Stop()
 	stopping := false
 	stop := f.stop // Shutdown closes it; nil once seen, so the loop does not spin on it
 	for {
-		f.deleteDelivered()
+		if wait := f.deleteDue(stopping); wait > 0 {
+			deletes.Reset(wait)
+		}
 		if !stopping {
 			f.load()
 			f.dispatch(ctx)
@@ -135,9 +140,33 @@ func (f *forwarder) run(ctx context.Context) {
 			}
 		case <-f.ow.Spool.Ready():
 		case <-retry.C:
+		case <-deletes.C:
 		case <-gauges.C:
 		}
 	}
+}
+
+// Deleting delivered messages is a spool commit (two fsyncs) that every client's
+// acknowledgement would wait behind: they are deleted in batches, every deleteEvery or
+// deleteBatch messages, whichever comes first. Deleting late is safe: a message still in
+// the spool after a restart goes once more, and the origin answers already_delivered.
+const (
+	deleteEvery = 50 * time.Millisecond
+	deleteBatch = 4096
+)
+
+// deleteDue deletes the delivered messages when a batch is due (always when stopping) and
+// otherwise returns how long until it is (0: nothing waits).
+func (f *forwarder) deleteDue(stopping bool) time.Duration {
+	if len(f.delivered) == 0 {
+		return 0
+	}
+	if wait := deleteEvery - time.Since(f.deletedAt); wait > 0 && !stopping && len(f.delivered) < deleteBatch {
+		return wait
+	}
+	f.deleteDelivered()
+	f.deletedAt = time.Now()
+	return 0
 }
 
 // load queues the messages accepted since the last load.
