@@ -32,9 +32,9 @@ type forwarder struct {
 	stop    chan struct{} // closed by Edge.Shutdown: no new deliveries
 
 	// Owned by run.
-	delivered []uint64 // settled as delivered, to delete from the spool in one commit
+	delivered []uint64  // settled as delivered, to delete from the spool in one commit
 	deletedAt time.Time // the last deleteDelivered commit
-	next      uint64   // messages with a larger seq have not been queued yet
+	next      uint64    // messages with a larger seq have not been queued yet
 	queues    map[groupKey]*deliveryQueue
 	peers     map[string]*peerBackoff
 	running   int
