@@ -111,7 +111,7 @@ func TestSoapgwConfigsOneWay(t *testing.T) {
 		{Operation: "notify"},
 	}, ow.Operations)
 	require.Equal(t, 202, ow.AcceptStatus, "soapgw's defaults: 202 Accepted, as the server answers")
-	require.Equal(t, 256, ow.Deliveries, "soapgw's default")
+	require.Equal(t, 1024, ow.Deliveries, "soapgw's default")
 	require.NotContains(t, string(edge), "deliveries")
 
 	p.Deliveries = 256
