@@ -118,13 +118,14 @@ func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 		env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: limits})
 		require.NoError(t, env.origin.Reconfigure(ups, limits))
 		cl := env.dial()
+		_ = cl.c.SetDeadline(time.Now().Add(2 * testDeadline)) // the upstream's own bound
 		start := time.Now()
 		cl.send(soapRequest(1, "/svc", "", "<x/>"))
 		return cl, start
 	}
 
 	t.Run("flowing", func(t *testing.T) {
-		addr, want := trickleUpstream(t, 16, stall/5, 0, 0) // 3.2 s in all
+		addr, want := trickleUpstream(t, 32, stall/10, 0, 0) // 3.2 s in all, a tenth of the stall apart
 		cl, start := call(t, addr)
 		resp, body := cl.read("POST")
 		require.Equal(t, 200, resp.StatusCode)
