@@ -33,7 +33,9 @@ type Origin struct {
 
 	inflight chan struct{} // semaphore: MaxConcurrentExchanges
 	held     *heldStore    // responses kept for edges to collect after a cut; nil: off
-	instance originInstance
+	// aheadTokens is the memory budget of responses read ahead of a slow tunnel.
+	aheadTokens chan struct{}
+	instance    originInstance
 
 	warnOneWayOff *ratelog.Limiter
 	oneWaySlots   chan struct{} // semaphore: OriginConfig.OneWayConcurrency
@@ -68,7 +70,7 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	}
 	lim := cfg.Limits.withDefaults()
 	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
-		flushDelay: cfg.StreamFlushDelay, instance: newOriginInstance()}
+		flushDelay: cfg.StreamFlushDelay, instance: newOriginInstance(), aheadTokens: newReadAheadTokens()}
 	o.warnOneWayOff = ratelog.New(o.log, time.Minute)
 	if cfg.OneWayConcurrency <= 0 {
 		cfg.OneWayConcurrency = DefaultOneWayConcurrency
@@ -492,8 +494,10 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 		faultCode = faultCodeOf(b)
 	}
 	// Writes into the tunnel are the exchange's progress, and blocking in one is not a
-	// stall (progressClock).
-	n, err := o.sendResponse(busyStream{st, x.clock}, uc, resp)
+	// stall (progressClock); a tunnel slower than the upstream gets the response from
+	// memory while the upstream is read at its own pace (readAhead).
+	ra := &readAhead{Stream: busyStream{st, x.clock}, tokens: o.aheadTokens, clock: x.clock}
+	n, err := o.sendResponse(ra, uc, resp)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
@@ -504,7 +508,11 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 			_ = uc.conn.Close()
 		}
 		handled = true
-		err = st.CloseWrite()
+		if err = ra.finish(); err == nil {
+			err = st.CloseWrite()
+		}
+	} else {
+		_ = ra.finish()
 	}
 	if err != nil {
 		o.log.Warn("response not delivered whole; stream reset", "exchange", req.ExchangeID, "upstream", up.Name, "err", err)

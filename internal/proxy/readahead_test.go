@@ -1,0 +1,147 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+// pacedStream is a tunnel stream that takes every write only after delay (a slow link);
+// it records what it got, flushes as "|", and fails writes once failAfter bytes are in
+// (0: never).
+type pacedStream struct {
+	Stream
+	delay     time.Duration
+	failAfter int
+
+	mu  sync.Mutex
+	out bytes.Buffer
+}
+
+var errPaced = errors.New("paced stream failed")
+
+func (s *pacedStream) Write(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failAfter > 0 && s.out.Len() >= s.failAfter {
+		return 0, errPaced
+	}
+	return s.out.Write(p)
+}
+
+func (s *pacedStream) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.out.WriteByte('|')
+	return nil
+}
+
+func (s *pacedStream) got() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out.String()
+}
+
+func TestReadAheadQueuesBehindASlowTunnel(t *testing.T) {
+	st := &pacedStream{delay: 2 * slowWrite}
+	tokens := make(chan struct{}, 64)
+	ra := &readAhead{Stream: st, tokens: tokens}
+	var want strings.Builder
+	start := time.Now()
+	for i := range 20 {
+		part := fmt.Sprintf("<part n=%q/>", fmt.Sprint(i))
+		want.WriteString(part)
+		_, err := ra.Write([]byte(part))
+		require.NoError(t, err)
+		if i == 9 {
+			require.NoError(t, ra.Flush())
+			want.WriteString("|")
+		}
+	}
+	require.Less(t, time.Since(start), 10*slowWrite, "after the first slow write the rest is queued, not waited for")
+	require.NoError(t, ra.finish())
+	require.Equal(t, want.String(), st.got(), "in order, the flush in its place")
+	require.Empty(t, tokens, "every chunk's token given back")
+
+	fast := &pacedStream{}
+	ra = &readAhead{Stream: fast, tokens: tokens}
+	_, err := ra.Write([]byte("<a/>"))
+	require.NoError(t, err)
+	require.False(t, ra.queued.Load(), "a tunnel that keeps up is written directly")
+	require.NoError(t, ra.finish())
+}
+
+func TestReadAheadBudget(t *testing.T) {
+	st := &pacedStream{delay: 2 * slowWrite}
+	tokens := make(chan struct{}, 2) // two chunks for the whole origin
+	ra := &readAhead{Stream: st, tokens: tokens}
+	_, err := ra.Write([]byte("head")) // slow: switches to the queue
+	require.NoError(t, err)
+	start := time.Now()
+	for range 6 {
+		_, err := ra.Write([]byte("chunk"))
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(tokens), 2)
+	}
+	require.Greater(t, time.Since(start), 3*slowWrite, "past the budget a write waits for the tunnel again")
+	require.NoError(t, ra.finish())
+	require.Equal(t, "head"+strings.Repeat("chunk", 6), st.got())
+	require.Empty(t, tokens)
+}
+
+func TestReadAheadStreamFails(t *testing.T) {
+	st := &pacedStream{delay: 2 * slowWrite, failAfter: 8}
+	tokens := make(chan struct{}, 64)
+	ra := &readAhead{Stream: st, tokens: tokens}
+	_, err := ra.Write([]byte("12345678")) // slow, then queued
+	require.NoError(t, err)
+	var werr error
+	for i := 0; i < 100 && werr == nil; i++ {
+		_, werr = ra.Write([]byte("more"))
+		time.Sleep(slowWrite / 4)
+	}
+	require.ErrorIs(t, werr, errPaced, "the stream's failure reaches the writer")
+	require.ErrorIs(t, ra.finish(), errPaced)
+	require.Empty(t, tokens, "the dropped chunks' tokens given back")
+}
+
+// TestOriginReadsAheadOfASlowTunnel: the upstream's response is read as fast as the
+// upstream sends it, not as fast as the tunnel drains, so a server that closes its idle
+// connection after answering (or just needs its thread back) never waits on the link. The
+// upstream here writes through a pipe with no buffer at all: each of its writes returns
+// only when the origin has read it.
+func TestOriginReadsAheadOfASlowTunnel(t *testing.T) {
+	o, err := NewOrigin(OriginConfig{}, nil, nil)
+	require.NoError(t, err)
+	body := strings.Repeat("<item>over a slow link</item>", 20000) // 580 KB: 18 chunks
+	cc, sc := net.Pipe()
+	defer cc.Close()
+	defer sc.Close()
+	upDone := make(chan int, 1)
+	st := &pacedStream{delay: 3 * slowWrite}
+	go func() {
+		_, _ = fmt.Fprintf(sc, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		upDone <- len(st.got()) // what the tunnel had when the upstream was done
+	}()
+	uc := &upstreamConn{conn: cc, br: bufio.NewReaderSize(cc, 16<<10)}
+	resp, err := httpwire.ReadResponse(uc.br, "POST", httpwire.Limits{})
+	require.NoError(t, err)
+	ra := &readAhead{Stream: st, tokens: o.aheadTokens}
+	_, err = o.sendResponse(ra, uc, resp)
+	require.NoError(t, err)
+	tunnelHad := <-upDone
+	require.NoError(t, ra.finish())
+	require.True(t, strings.HasSuffix(st.got(), body))
+	require.Less(t, tunnelHad, len(body)/4, "the upstream finished while the tunnel had a quarter of the response")
+}
