@@ -243,7 +243,7 @@ func TestUDPTunnelCutCompletesExchanges(t *testing.T) {
 		for range 2 {
 			seen = up.awaitInFlight(t, seen, 4)
 			relay.blocked.Store(true)
-			time.Sleep(idle + time.Second) // the connections die on both sides
+			time.Sleep(idle + 2*time.Second) // the connections die on both sides
 			relay.blocked.Store(false)
 		}
 	})
