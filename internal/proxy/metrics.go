@@ -20,8 +20,9 @@ type Metrics struct {
 	connsRefused  prometheus.Counter
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
-	held          *heldMetrics   // resumes, and the origin's held responses
-	oneWay        *oneWayMetrics // one-way messages: the edge's spool, deliveries
+	readAhead     prometheus.Gauge // bytes of responses queued ahead of a slow tunnel
+	held          *heldMetrics     // resumes, and the origin's held responses
+	oneWay        *oneWayMetrics   // one-way messages: the edge's spool, deliveries
 	oneWayOrigin  *prometheus.CounterVec
 }
 
@@ -70,6 +71,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_origin_upstream_connections_total",
 			Help: "Connections the origin opened to upstream servers (reused ones are not counted).",
 		}, []string{"upstream"}),
+		readAhead: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "soapgw_origin_readahead_bytes",
+			Help: "Bytes of upstream responses the origin has read and queued for a tunnel slower than the server (in 32 KiB chunks; at most 64 MiB, 8 MiB per response).",
+		}),
 		held:   newHeldMetrics(),
 		oneWay: newOneWayMetrics(),
 	}
@@ -82,7 +87,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.readAhead)
 		reg.MustRegister(m.held.collectors()...)
 		reg.MustRegister(m.oneWay.collectors()...)
 	}

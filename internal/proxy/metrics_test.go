@@ -29,6 +29,7 @@ var metricNames = []string{
 	"soapgw_origin_held_exchanges",
 	"soapgw_origin_held_lost_total",
 	"soapgw_origin_oneway_total",
+	"soapgw_origin_readahead_bytes",
 	"soapgw_origin_resume_tombstones",
 	"soapgw_origin_upstream_connections_total",
 	"soapgw_resumes_total",

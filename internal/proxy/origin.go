@@ -496,7 +496,7 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 	// Writes into the tunnel are the exchange's progress, and blocking in one is not a
 	// stall (progressClock); a tunnel slower than the upstream gets the response from
 	// memory while the upstream is read at its own pace (readAhead).
-	ra := &readAhead{Stream: busyStream{st, x.clock}, tokens: o.aheadTokens, clock: x.clock}
+	ra := &readAhead{Stream: busyStream{st, x.clock}, tokens: o.aheadTokens, clock: x.clock, gauge: o.m.readAhead}
 	n, err := o.sendResponse(ra, uc, resp)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))
 	if err == nil {

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // readAhead is the tunnel stream as the origin writes a response into it. While the
@@ -24,8 +26,9 @@ import (
 // flusher's between arm and disarm). finish ends the queue and returns the first error.
 type readAhead struct {
 	Stream
-	tokens chan struct{}  // the origin's budget, one token per queued chunk; nil: never queue
-	clock  *progressClock // held while a write waits for room (not a stall of this exchange)
+	tokens chan struct{}    // the origin's budget, one token per queued chunk; nil: never queue
+	clock  *progressClock   // held while a write waits for room (not a stall of this exchange)
+	gauge  prometheus.Gauge // soapgw_origin_readahead_bytes; nil: none
 
 	queued atomic.Bool
 	items  chan aheadItem
@@ -98,6 +101,7 @@ func (r *readAhead) enqueue(it aheadItem) bool {
 	if !it.flush {
 		select {
 		case r.tokens <- struct{}{}:
+			r.count(aheadChunk)
 		case <-r.done:
 			return false
 		}
@@ -108,8 +112,15 @@ func (r *readAhead) enqueue(it aheadItem) bool {
 	case <-r.done:
 		if !it.flush {
 			<-r.tokens
+			r.count(-aheadChunk)
 		}
 		return false
+	}
+}
+
+func (r *readAhead) count(n float64) {
+	if r.gauge != nil {
+		r.gauge.Add(n)
 	}
 }
 
@@ -141,6 +152,7 @@ func (r *readAhead) feed() {
 		if !it.flush {
 			copyBufPool.Put(it.b)
 			<-r.tokens
+			r.count(-aheadChunk)
 		}
 	}
 }

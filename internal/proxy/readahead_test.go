@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
@@ -137,11 +138,12 @@ func TestOriginReadsAheadOfASlowTunnel(t *testing.T) {
 	uc := &upstreamConn{conn: cc, br: bufio.NewReaderSize(cc, 16<<10)}
 	resp, err := httpwire.ReadResponse(uc.br, "POST", httpwire.Limits{})
 	require.NoError(t, err)
-	ra := &readAhead{Stream: st, tokens: o.aheadTokens}
+	ra := &readAhead{Stream: st, tokens: o.aheadTokens, gauge: o.m.readAhead}
 	_, err = o.sendResponse(ra, uc, resp)
 	require.NoError(t, err)
 	tunnelHad := <-upDone
 	require.NoError(t, ra.finish())
 	require.True(t, strings.HasSuffix(st.got(), body))
 	require.Less(t, tunnelHad, len(body)/4, "the upstream finished while the tunnel had a quarter of the response")
+	require.Zero(t, testutil.ToFloat64(o.m.readAhead), "soapgw_origin_readahead_bytes back to 0")
 }
