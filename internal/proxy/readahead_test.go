@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -55,66 +56,72 @@ func (s *pacedStream) got() string {
 }
 
 func TestReadAheadQueuesBehindASlowTunnel(t *testing.T) {
-	st := &pacedStream{delay: 2 * slowWrite}
-	tokens := make(chan struct{}, 64)
-	ra := &readAhead{Stream: st, tokens: tokens}
-	var want strings.Builder
-	start := time.Now()
-	for i := range 20 {
-		part := fmt.Sprintf("<part n=%q/>", fmt.Sprint(i))
-		want.WriteString(part)
-		_, err := ra.Write([]byte(part))
-		require.NoError(t, err)
-		if i == 9 {
-			require.NoError(t, ra.Flush())
-			want.WriteString("|")
+	synctest.Test(t, func(t *testing.T) {
+		st := &pacedStream{delay: 2 * slowWrite}
+		tokens := make(chan struct{}, 64)
+		ra := &readAhead{Stream: st, tokens: tokens}
+		var want strings.Builder
+		start := time.Now()
+		for i := range 20 {
+			part := fmt.Sprintf("<part n=%q/>", fmt.Sprint(i))
+			want.WriteString(part)
+			_, err := ra.Write([]byte(part))
+			require.NoError(t, err)
+			if i == 9 {
+				require.NoError(t, ra.Flush())
+				want.WriteString("|")
+			}
 		}
-	}
-	require.Less(t, time.Since(start), 10*slowWrite, "after the first slow write the rest is queued, not waited for")
-	require.NoError(t, ra.finish())
-	require.Equal(t, want.String(), st.got(), "in order, the flush in its place")
-	require.Empty(t, tokens, "every chunk's token given back")
+		require.Less(t, time.Since(start), 10*slowWrite, "after the first slow write the rest is queued, not waited for")
+		require.NoError(t, ra.finish())
+		require.Equal(t, want.String(), st.got(), "in order, the flush in its place")
+		require.Empty(t, tokens, "every chunk's token given back")
 
-	fast := &pacedStream{}
-	ra = &readAhead{Stream: fast, tokens: tokens}
-	_, err := ra.Write([]byte("<a/>"))
-	require.NoError(t, err)
-	require.False(t, ra.queued.Load(), "a tunnel that keeps up is written directly")
-	require.NoError(t, ra.finish())
+		fast := &pacedStream{}
+		ra = &readAhead{Stream: fast, tokens: tokens}
+		_, err := ra.Write([]byte("<a/>"))
+		require.NoError(t, err)
+		require.False(t, ra.queued.Load(), "a tunnel that keeps up is written directly")
+		require.NoError(t, ra.finish())
+	})
 }
 
 func TestReadAheadBudget(t *testing.T) {
-	st := &pacedStream{delay: 2 * slowWrite}
-	tokens := make(chan struct{}, 2) // two chunks for the whole origin
-	ra := &readAhead{Stream: st, tokens: tokens}
-	_, err := ra.Write([]byte("head")) // slow: switches to the queue
-	require.NoError(t, err)
-	start := time.Now()
-	for range 6 {
-		_, err := ra.Write([]byte("chunk"))
+	synctest.Test(t, func(t *testing.T) {
+		st := &pacedStream{delay: 2 * slowWrite}
+		tokens := make(chan struct{}, 2) // two chunks for the whole origin
+		ra := &readAhead{Stream: st, tokens: tokens}
+		_, err := ra.Write([]byte("head")) // slow: switches to the queue
 		require.NoError(t, err)
-		require.LessOrEqual(t, len(tokens), 2)
-	}
-	require.Greater(t, time.Since(start), 3*slowWrite, "past the budget a write waits for the tunnel again")
-	require.NoError(t, ra.finish())
-	require.Equal(t, "head"+strings.Repeat("chunk", 6), st.got())
-	require.Empty(t, tokens)
+		start := time.Now()
+		for range 6 {
+			_, err := ra.Write([]byte("chunk"))
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(tokens), 2)
+		}
+		require.Greater(t, time.Since(start), 3*slowWrite, "past the budget a write waits for the tunnel again")
+		require.NoError(t, ra.finish())
+		require.Equal(t, "head"+strings.Repeat("chunk", 6), st.got())
+		require.Empty(t, tokens)
+	})
 }
 
 func TestReadAheadStreamFails(t *testing.T) {
-	st := &pacedStream{delay: 2 * slowWrite, failAfter: 8}
-	tokens := make(chan struct{}, 64)
-	ra := &readAhead{Stream: st, tokens: tokens}
-	_, err := ra.Write([]byte("12345678")) // slow, then queued
-	require.NoError(t, err)
-	var werr error
-	for i := 0; i < 100 && werr == nil; i++ {
-		_, werr = ra.Write([]byte("more"))
-		time.Sleep(slowWrite / 4)
-	}
-	require.ErrorIs(t, werr, errPaced, "the stream's failure reaches the writer")
-	require.ErrorIs(t, ra.finish(), errPaced)
-	require.Empty(t, tokens, "the dropped chunks' tokens given back")
+	synctest.Test(t, func(t *testing.T) {
+		st := &pacedStream{delay: 2 * slowWrite, failAfter: 8}
+		tokens := make(chan struct{}, 64)
+		ra := &readAhead{Stream: st, tokens: tokens}
+		_, err := ra.Write([]byte("12345678")) // slow, then queued
+		require.NoError(t, err)
+		var werr error
+		for i := 0; i < 100 && werr == nil; i++ {
+			_, werr = ra.Write([]byte("more"))
+			time.Sleep(slowWrite / 4)
+		}
+		require.ErrorIs(t, werr, errPaced, "the stream's failure reaches the writer")
+		require.ErrorIs(t, ra.finish(), errPaced)
+		require.Empty(t, tokens, "the dropped chunks' tokens given back")
+	})
 }
 
 // TestOriginReadsAheadOfASlowTunnel: the upstream's response is read as fast as the
@@ -123,27 +130,29 @@ func TestReadAheadStreamFails(t *testing.T) {
 // upstream here writes through a pipe with no buffer at all: each of its writes returns
 // only when the origin has read it.
 func TestOriginReadsAheadOfASlowTunnel(t *testing.T) {
-	o, err := NewOrigin(OriginConfig{}, nil, nil)
-	require.NoError(t, err)
-	body := strings.Repeat("<item>over a slow link</item>", 20000) // 580 KB: 18 chunks
-	cc, sc := net.Pipe()
-	defer cc.Close()
-	defer sc.Close()
-	upDone := make(chan int, 1)
-	st := &pacedStream{delay: 3 * slowWrite}
-	go func() {
-		_, _ = fmt.Fprintf(sc, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
-		upDone <- len(st.got()) // what the tunnel had when the upstream was done
-	}()
-	uc := &upstreamConn{conn: cc, br: bufio.NewReaderSize(cc, 16<<10)}
-	resp, err := httpwire.ReadResponse(uc.br, "POST", httpwire.Limits{})
-	require.NoError(t, err)
-	ra := &readAhead{Stream: st, tokens: o.aheadTokens, gauge: o.m.readAhead}
-	_, err = o.sendResponse(ra, uc, resp)
-	require.NoError(t, err)
-	tunnelHad := <-upDone
-	require.NoError(t, ra.finish())
-	require.True(t, strings.HasSuffix(st.got(), body))
-	require.Less(t, tunnelHad, len(body)/4, "the upstream finished while the tunnel had a quarter of the response")
-	require.Zero(t, testutil.ToFloat64(o.m.readAhead), "soapgw_origin_readahead_bytes back to 0")
+	synctest.Test(t, func(t *testing.T) {
+		o, err := NewOrigin(OriginConfig{}, nil, nil)
+		require.NoError(t, err)
+		body := strings.Repeat("<item>over a slow link</item>", 20000) // 580 KB: 18 chunks
+		cc, sc := net.Pipe()
+		defer cc.Close()
+		defer sc.Close()
+		upDone := make(chan int, 1)
+		st := &pacedStream{delay: 3 * slowWrite}
+		go func() {
+			_, _ = fmt.Fprintf(sc, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			upDone <- len(st.got()) // what the tunnel had when the upstream was done
+		}()
+		uc := &upstreamConn{conn: cc, br: bufio.NewReaderSize(cc, 16<<10)}
+		resp, err := httpwire.ReadResponse(uc.br, "POST", httpwire.Limits{})
+		require.NoError(t, err)
+		ra := &readAhead{Stream: st, tokens: o.aheadTokens, gauge: o.m.readAhead}
+		_, err = o.sendResponse(ra, uc, resp)
+		require.NoError(t, err)
+		tunnelHad := <-upDone
+		require.NoError(t, ra.finish())
+		require.True(t, strings.HasSuffix(st.got(), body))
+		require.Less(t, tunnelHad, len(body)/4, "the upstream finished while the tunnel had a quarter of the response")
+		require.Zero(t, testutil.ToFloat64(o.m.readAhead), "soapgw_origin_readahead_bytes back to 0")
+	})
 }
