@@ -31,6 +31,8 @@ type readAhead struct {
 	gauge  prometheus.Gauge // soapgw_origin_readahead_bytes; nil: none
 
 	queued atomic.Bool
+	fill   *[]byte // the chunk being filled (writer's side); queued when full, or at once when the feeder is idle
+	fillN  int
 	items  chan aheadItem
 	done   chan struct{} // closed when the feeder has ended
 	mu     sync.Mutex
@@ -67,19 +69,37 @@ func (r *readAhead) Write(p []byte) (int, error) {
 		}
 		return n, err
 	}
+	if err := r.failure(); err != nil {
+		return 0, err
+	}
+	// Chunks are filled whole: an upstream read returns a TCP segment or less, and a
+	// chunk per read would spend the budget on mostly empty buffers.
 	for off := 0; off < len(p); {
-		if err := r.failure(); err != nil {
-			return off, err
+		if r.fill == nil {
+			r.fill, r.fillN = copyBufPool.Get().(*[]byte), 0
 		}
-		b := copyBufPool.Get().(*[]byte)
-		k := copy(*b, p[off:])
-		if !r.enqueue(aheadItem{b: b, n: k}) {
-			copyBufPool.Put(b)
+		k := copy((*r.fill)[r.fillN:], p[off:])
+		r.fillN += k
+		off += k
+		if r.fillN == len(*r.fill) && !r.push() {
 			return off, r.failure()
 		}
-		off += k
+	}
+	if r.fill != nil && len(r.items) == 0 && !r.push() { // the feeder waits: hand it what there is
+		return len(p), r.failure()
 	}
 	return len(p), nil
+}
+
+// push queues the chunk being filled; false if the feeder ended first.
+func (r *readAhead) push() bool {
+	b, n := r.fill, r.fillN
+	r.fill, r.fillN = nil, 0
+	if r.enqueue(aheadItem{b: b, n: n}) {
+		return true
+	}
+	copyBufPool.Put(b)
+	return false
 }
 
 func (r *readAhead) Flush() error {
@@ -88,6 +108,9 @@ func (r *readAhead) Flush() error {
 	}
 	if err := r.failure(); err != nil {
 		return err
+	}
+	if r.fill != nil && !r.push() {
+		return r.failure()
 	}
 	r.enqueue(aheadItem{flush: true})
 	return nil
@@ -167,6 +190,9 @@ func (r *readAhead) failure() error {
 func (r *readAhead) finish() error {
 	if !r.queued.Load() {
 		return nil
+	}
+	if r.fill != nil {
+		r.push()
 	}
 	close(r.items)
 	r.clock.enter() // the tunnel takes the rest at its pace

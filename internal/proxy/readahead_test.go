@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -94,14 +95,15 @@ func TestReadAheadBudget(t *testing.T) {
 		_, err := ra.Write([]byte("head")) // slow: switches to the queue
 		require.NoError(t, err)
 		start := time.Now()
+		chunk := bytes.Repeat([]byte("c"), aheadChunk) // one token each
 		for range 6 {
-			_, err := ra.Write([]byte("chunk"))
+			_, err := ra.Write(chunk)
 			require.NoError(t, err)
 			require.LessOrEqual(t, len(tokens), 2)
 		}
 		require.Greater(t, time.Since(start), 3*slowWrite, "past the budget a write waits for the tunnel again")
 		require.NoError(t, ra.finish())
-		require.Equal(t, "head"+strings.Repeat("chunk", 6), st.got())
+		require.Equal(t, "head"+strings.Repeat("c", 6*aheadChunk), st.got())
 		require.Empty(t, tokens)
 	})
 }
@@ -140,7 +142,11 @@ func TestOriginReadsAheadOfASlowTunnel(t *testing.T) {
 		upDone := make(chan int, 1)
 		st := &pacedStream{delay: 3 * slowWrite}
 		go func() {
-			_, _ = fmt.Fprintf(sc, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+			// In small writes, as TCP delivers them: the origin's reads return a segment.
+			_, _ = fmt.Fprintf(sc, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n", len(body))
+			for off := 0; off < len(body); off += 1448 {
+				_, _ = io.WriteString(sc, body[off:min(off+1448, len(body))])
+			}
 			upDone <- len(st.got()) // what the tunnel had when the upstream was done
 		}()
 		uc := &upstreamConn{conn: cc, br: bufio.NewReaderSize(cc, 16<<10)}
