@@ -8,10 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// readAhead is the tunnel stream as the origin writes a response into it. While the
-// tunnel takes the bytes as fast as the upstream sends them, writes go straight through.
-// Once a write has waited for the tunnel longer than slowWrite (a slow link, a window
-// shared by many exchanges), the rest of the response is queued in memory, up to
+// readAhead is the tunnel stream as the origin writes a response into it. The first
+// aheadAfter bytes go straight through, as long as the tunnel takes them as fast as the
+// upstream sends them. Past those (a write into a full stream window waits as long as the
+// link takes to drain it, so the switch must come before the window is full), or once a
+// write has waited longer than slowWrite, the rest of the response is queued in memory, up to
 // aheadPerExchange and the origin's aheadBudget across exchanges, and a goroutine feeds
 // the queue to the tunnel: the origin reads the upstream's response as fast as the
 // upstream sends it, as nginx's proxy buffering does.
@@ -31,6 +32,7 @@ type readAhead struct {
 	gauge  prometheus.Gauge // soapgw_origin_readahead_bytes; nil: none
 
 	queued atomic.Bool
+	direct int     // bytes written straight through
 	fill   *[]byte // the chunk being filled (writer's side); queued when full, or at once when the feeder is idle
 	fillN  int
 	items  chan aheadItem
@@ -49,6 +51,10 @@ const (
 	// slowWrite is how long a write may wait for the tunnel before the response is
 	// queued: far above a write on any link that keeps up with the upstream.
 	slowWrite = 20 * time.Millisecond
+	// aheadAfter is how much of a response goes straight to the tunnel before the rest is
+	// queued: SOAP responses are mostly smaller and never pay for the queue's goroutine;
+	// it is well below a stream's window (256 KiB over TCP, 1 MiB over UDP by default).
+	aheadAfter = 128 << 10
 	// aheadChunk is the size of a queued chunk (copyBufPool's buffers).
 	aheadChunk = 32 << 10
 	// aheadPerExchange bounds one response's queue: 8 MiB.
@@ -64,7 +70,8 @@ func (r *readAhead) Write(p []byte) (int, error) {
 	if !r.queued.Load() {
 		start := time.Now()
 		n, err := r.Stream.Write(p)
-		if err == nil && r.tokens != nil && time.Since(start) > slowWrite {
+		r.direct += n
+		if err == nil && r.tokens != nil && (r.direct >= aheadAfter || time.Since(start) > slowWrite) {
 			r.startQueue()
 		}
 		return n, err

@@ -162,3 +162,48 @@ func TestOriginReadsAheadOfASlowTunnel(t *testing.T) {
 		require.Zero(t, testutil.ToFloat64(o.m.readAhead), "soapgw_origin_readahead_bytes back to 0")
 	})
 }
+
+// windowStream takes writes until it holds window bytes, then blocks every write until
+// release is closed: a stream window that the link drains only minutes later.
+type windowStream struct {
+	pacedStream
+	window  int
+	release chan struct{}
+}
+
+func (s *windowStream) Write(p []byte) (int, error) {
+	if len(s.got())+len(p) > s.window {
+		<-s.release
+	}
+	return s.pacedStream.Write(p)
+}
+
+// TestOriginReadsAheadOfAFullWindow: a write into a full stream window waits for the
+// link, so the origin must have switched to reading ahead before the window was full, not
+// after a write that took long: here the window stays shut until the upstream is done.
+func TestOriginReadsAheadOfAFullWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o, err := NewOrigin(OriginConfig{}, nil, nil)
+		require.NoError(t, err)
+		body := strings.Repeat("<item>a full window</item>", 40000) // 1 MB
+		cc, sc := net.Pipe()
+		defer cc.Close()
+		defer sc.Close()
+		st := &windowStream{window: 256 << 10, release: make(chan struct{})}
+		go func() {
+			_, _ = fmt.Fprintf(sc, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: %d\r\n\r\n", len(body))
+			for off := 0; off < len(body); off += 1448 {
+				_, _ = io.WriteString(sc, body[off:min(off+1448, len(body))])
+			}
+			close(st.release) // the upstream is done: the link may drain now
+		}()
+		uc := &upstreamConn{conn: cc, br: bufio.NewReaderSize(cc, 16<<10)}
+		resp, err := httpwire.ReadResponse(uc.br, "POST", httpwire.Limits{})
+		require.NoError(t, err)
+		ra := &readAhead{Stream: st, tokens: o.aheadTokens, gauge: o.m.readAhead}
+		_, err = o.sendResponse(ra, uc, resp) // would block for good without the read-ahead
+		require.NoError(t, err)
+		require.NoError(t, ra.finish())
+		require.True(t, strings.HasSuffix(st.got(), body))
+	})
+}
