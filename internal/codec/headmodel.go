@@ -1,16 +1,13 @@
 package codec
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/soapgw/soapgw/internal/envelope"
-	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
 // The head model codes the envelope head of a tunnel message (method, target, status,
@@ -94,11 +91,66 @@ func sensitiveHeader(name string) bool {
 }
 
 // headModel is one direction's memory of past heads, per kind.
+//
+// Coding a head allocates nothing once the model has remembered headRefs heads of its
+// kind: the lists it codes are views of the message (splitHead) or of its scratch buffer
+// (decode), and commit copies a list into the remembered head it forgets, whose buffers
+// it reuses.
 type headModel struct {
-	refs map[byte][]*refHead // kind -> heads, most recently used first
+	refs  [4][]*refHead // by kindSlot: heads, most recently used first
+	spare *refHead      // the head commit fills next: the last one forgotten
+
+	// Scratch of splitHead and decode: the list they return and the bytes of its strings
+	// that are not views of the message or payload.
+	list []string
+	buf  []byte
+
+	// The reference selectRef chose (or, decoding, the payload named) for the list the
+	// model coded last, for commit to learn against without choosing again.
+	chosen choice
 }
 
-func newHeadModel() *headModel { return &headModel{refs: map[byte][]*refHead{}} }
+// choice is the reference chosen for one list, named by its first string's address.
+type choice struct {
+	kind  byte
+	first *string
+	n     int
+	ref   int
+}
+
+// choose remembers ref as the reference of list.
+func (m *headModel) choose(kind byte, list []string, ref int) {
+	if len(list) > 0 {
+		m.chosen = choice{kind, &list[0], len(list), ref}
+	}
+}
+
+// chosenRef returns the reference of list: the one encode or decode used for it, when
+// list is the one they coded last (the model's state has not changed since: splitHead,
+// decode and commit forget the choice), else selectRef's. A payload from an encoder
+// names the reference its selectRef chose: the decoder learns against the same one.
+func (m *headModel) chosenRef(c choice, kind byte, list []string, fixed int) int {
+	if len(list) > 0 && c.first == &list[0] && c.n == len(list) && c.kind == kind {
+		return c.ref
+	}
+	return m.selectRef(kind, list, fixed)
+}
+
+func newHeadModel() *headModel { return &headModel{} }
+
+// kindSlot is the index of a kind's heads in headModel.refs (0: unknown kinds, which no
+// list has).
+func kindSlot(kind byte) int {
+	switch kind {
+	case envelope.KindRequest:
+		return 1
+	case envelope.KindResponse:
+		return 2
+	case envelope.KindError:
+		return 3
+	}
+	return 0
+}
 
 // refHead is a remembered head: its strings and, per position, the value predicted for
 // the next head coded against it.
@@ -109,6 +161,12 @@ type refHead struct {
 	// being coded (the Content-Length header mirrors the envelope's length); nil when no
 	// position is linked.
 	link []uint8
+
+	// The bytes of val's and pred's strings, and the arrays of pred and link, kept for
+	// the next head stored here once this one is forgotten.
+	buf       []byte
+	predStore []string
+	linkStore []uint8
 }
 
 // predicted returns the value position i of list is predicted to have, given the
@@ -155,47 +213,6 @@ func lengthPos(kind byte) int {
 	return -1
 }
 
-// headFields flattens a parsed head into its list of strings. fixed is how many leading
-// strings are not header name/value pairs.
-func headFields(kind byte, head []byte) (list []string, fixed int, ok bool) {
-	switch kind {
-	case envelope.KindRequest:
-		h, err := envelope.ParseRequest(head)
-		if err != nil {
-			return nil, 0, false
-		}
-		list = append(make([]string, 0, 7+2*len(h.Header)), h.ExchangeID, h.Upstream, h.Method, h.Target,
-			strconv.Itoa(h.ProtoMinor), strconv.FormatBool(h.Expect), strconv.FormatInt(h.ContentLength, 10))
-		fixed = 7
-		list = appendHeader(list, h.Header)
-	case envelope.KindResponse:
-		h, _, err := envelope.ParseResponse(head)
-		if err != nil || h == nil {
-			return nil, 0, false
-		}
-		list = append(make([]string, 0, 4+2*len(h.Header)), strconv.Itoa(h.Status), h.Reason,
-			strconv.Itoa(h.ProtoMinor), strconv.FormatInt(h.ContentLength, 10))
-		fixed = 4
-		list = appendHeader(list, h.Header)
-	case envelope.KindError:
-		_, e, err := envelope.ParseResponse(head)
-		if err != nil || e == nil {
-			return nil, 0, false
-		}
-		list, fixed = []string{strconv.Itoa(e.Status), e.Cause, e.Message}, 3
-	default:
-		return nil, 0, false
-	}
-	return list, fixed, true
-}
-
-func appendHeader(list []string, h httpwire.Header) []string {
-	for _, f := range h {
-		list = append(list, f.Name, f.Value)
-	}
-	return list
-}
-
 // fixedFields is how many leading strings of a head of kind are not header fields.
 func fixedFields(kind byte) int {
 	switch kind {
@@ -209,65 +226,6 @@ func fixedFields(kind byte) int {
 	return 0
 }
 
-// appendHead rebuilds the length-prefixed head from its list; ok is false for a list
-// that is not a valid head of kind (hostile payload).
-func appendHead(dst []byte, kind byte, list []string) ([]byte, bool) {
-	atoi := func(s string) (int64, bool) {
-		n, err := strconv.ParseInt(s, 10, 64)
-		return n, err == nil && strconv.FormatInt(n, 10) == s
-	}
-	header := func(fixed int) (httpwire.Header, bool) {
-		if len(list) < fixed || (len(list)-fixed)%2 != 0 {
-			return nil, false
-		}
-		h := make(httpwire.Header, 0, (len(list)-fixed)/2)
-		for i := fixed; i < len(list); i += 2 {
-			h = append(h, httpwire.Field{Name: list[i], Value: list[i+1]})
-		}
-		return h, true
-	}
-	switch kind {
-	case envelope.KindRequest:
-		h, ok := header(7)
-		if !ok {
-			return dst, false
-		}
-		proto, ok1 := atoi(list[4])
-		cl, ok2 := atoi(list[6])
-		expect, err := strconv.ParseBool(list[5])
-		if !ok1 || !ok2 || err != nil || proto < 0 || proto > 255 || cl < -1 {
-			return dst, false
-		}
-		r := envelope.Request{ExchangeID: list[0], Upstream: list[1], Method: list[2], Target: list[3],
-			ProtoMinor: int(proto), Expect: expect, ContentLength: cl, Header: h}
-		return r.Append(dst), true
-	case envelope.KindResponse:
-		h, ok := header(4)
-		if !ok {
-			return dst, false
-		}
-		status, ok1 := atoi(list[0])
-		proto, ok2 := atoi(list[2])
-		cl, ok3 := atoi(list[3])
-		if !ok1 || !ok2 || !ok3 || status < 0 || status > 0xffff || proto < 0 || proto > 255 || cl < -1 {
-			return dst, false
-		}
-		r := envelope.Response{Status: int(status), Reason: list[1], ProtoMinor: int(proto), ContentLength: cl, Header: h}
-		return r.Append(dst), true
-	case envelope.KindError:
-		if len(list) != 3 {
-			return dst, false
-		}
-		status, ok := atoi(list[0])
-		if !ok || status < 0 || status > 0xffff {
-			return dst, false
-		}
-		e := envelope.Error{Status: int(status), Cause: list[1], Message: list[2]}
-		return e.Append(dst), true
-	}
-	return dst, false
-}
-
 // sensitiveAt reports whether position i of a list holds a credential value.
 func sensitiveAt(list []string, fixed, i int) bool {
 	return i > fixed && (i-fixed)%2 == 1 && sensitiveHeader(list[i-1])
@@ -279,7 +237,7 @@ func sensitiveAt(list []string, fixed, i int) bool {
 // models and lists are identical.
 func (m *headModel) selectRef(kind byte, list []string, fixed int) int {
 	best, bestCost := noRef, 0
-	for i, r := range m.refs[kind] {
+	for i, r := range m.refs[kindSlot(kind)] {
 		cost := 0
 		for j := 0; j < len(list) && (best == noRef || cost < bestCost); j++ {
 			switch {
@@ -307,10 +265,11 @@ func (m *headModel) selectRef(kind byte, list []string, fixed int) int {
 // keeps the coding.
 func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]byte, int) {
 	best := m.selectRef(kind, list, fixed)
+	m.choose(kind, list, best)
 	var ref *refHead
 	var refLen int
 	if best != noRef {
-		ref = m.refs[kind][best]
+		ref = m.refs[kindSlot(kind)][best]
 		refLen = len(ref.val)
 	}
 	if ref != nil && len(list) == refLen {
@@ -414,21 +373,6 @@ func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]b
 	return dst, best
 }
 
-// httpDate is the only date format HTTP/1.1 senders generate (RFC 9110 §5.6.7).
-const httpDate = "Mon, 02 Jan 2006 15:04:05 GMT"
-
-// parseHTTPDate parses s as an HTTP date that formats back to exactly s.
-func parseHTTPDate(s string) (int64, bool) {
-	if len(s) != len(httpDate) {
-		return 0, false
-	}
-	tm, err := time.Parse(httpDate, s)
-	if err != nil || tm.Format(httpDate) != s {
-		return 0, false
-	}
-	return tm.Unix(), true
-}
-
 // appendChange codes s against the reference string r with the cheapest op.
 func appendChange(dst []byte, r, s string) []byte {
 	if a, ok := parseHTTPDate(r); ok {
@@ -456,96 +400,111 @@ func appendChange(dst []byte, r, s string) []byte {
 
 // commit remembers list as the most recent head of kind, with the predictions it learns
 // from comparing list with the head selectRef picks for it. Encoder and decoder call it
-// with identical arguments.
+// with identical arguments. The list is copied: it may view a message.
 func (m *headModel) commit(kind byte, list []string, fixed int) {
+	chosen := m.chosen
+	m.chosen = choice{}
 	size := 0
 	for _, s := range list {
 		size += len(s)
 	}
-	stored := &refHead{} // empty when too big to keep: coded literally next time
+	stored := m.spare
+	if stored == nil {
+		stored = new(refHead)
+	}
+	m.spare = nil
+	stored.val, stored.pred, stored.link = stored.val[:0], nil, nil // empty when too big: coded literally next time
 	if size <= maxStoredHead {
 		var ref *refHead
-		if best := m.selectRef(kind, list, fixed); best != noRef {
-			ref = m.refs[kind][best]
+		if best := m.chosenRef(chosen, kind, list, fixed); best != noRef {
+			ref = m.refs[kindSlot(kind)][best]
 		}
-		stored.val = make([]string, len(list))
-		lp := lengthPos(kind)
-		for i, s := range list {
-			if sensitiveAt(list, fixed, i) {
-				continue // "", never predicted
-			}
-			if ref != nil && i < len(ref.val) && ref.val[i] == s {
-				s = ref.val[i] // shared with the reference
-			} else {
-				s = strings.Clone(s) // never alias a message buffer
-			}
-			stored.val[i] = s
-			if stored.pred != nil {
-				stored.pred[i] = s
-			}
-			switch {
-			case lp >= 0 && i > fixed && i > lp && (i-fixed)%2 == 1 && s == list[lp] &&
-				strings.EqualFold(list[i-1], "Content-Length"):
-				if stored.link == nil {
-					stored.link = make([]uint8, len(list))
-				}
-				stored.link[i] = uint8(lp + 1)
-			case ref != nil && i < len(ref.val) && ref.val[i] != s:
-				if p, ok := nextStep(ref.val[i], s); ok && size+len(p) <= maxStoredHead {
-					if stored.pred == nil {
-						stored.pred = make([]string, len(list))
-						copy(stored.pred, stored.val)
-					}
-					stored.pred[i] = p
-					size += len(p)
-				}
-			}
-		}
+		stored.learn(kind, list, fixed, ref, size)
 	}
 	// Push in front and forget the oldest. The reference is kept too: interleaved
 	// operations (credit, confirm, reserve...) each keep their own latest head.
-	refs := m.refs[kind]
+	slot := kindSlot(kind)
+	refs := m.refs[slot]
+	if refs == nil {
+		refs = make([]*refHead, 0, headRefs)
+	}
 	if len(refs) == headRefs {
+		m.spare = refs[headRefs-1]
 		refs = refs[:headRefs-1]
 	}
 	refs = append(refs, nil)
 	copy(refs[1:], refs)
 	refs[0] = stored
-	m.refs[kind] = refs
+	m.refs[slot] = refs
 }
 
-// nextStep returns the value that follows s when r changed into s by a numeric step (a
-// decimal integer, the trailing number of a string with the same prefix, an HTTP date):
-// s advanced by the same step. ok is false for any other change. The prediction is a
-// plain string both ends compute alike: a value is coded as predicted only when it is
-// exactly that string.
-func nextStep(r, s string) (string, bool) {
-	if a, ok := decimal(r); ok {
-		if b, ok := decimal(s); ok {
-			return strconv.FormatInt(b+(b-a), 10), true // |a|, |b| < 1e18: no overflow
-		}
-		return "", false
+// learn stores a copy of list (of size bytes) in r, with the predictions of its next
+// values learned against ref (nil: none). r is neither ref nor any head list's strings
+// view: its bytes are rewritten.
+func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, size int) {
+	n := len(list)
+	if cap(r.val) < n {
+		r.val = make([]string, n)
 	}
-	if a, ok := parseHTTPDate(r); ok {
-		if b, ok := parseHTTPDate(s); ok {
-			next := time.Unix(b+(b-a), 0).UTC().Format(httpDate)
-			_, ok = parseHTTPDate(next) // a 4-digit year
-			return next, ok
-		}
-		return "", false
+	r.val = r.val[:n]
+	// Predictions add at most about as many bytes as the values; the total stays within
+	// maxStoredHead. A buffer far larger than needed (from a big head) is not kept.
+	need := min(2*size+32, maxStoredHead)
+	if cap(r.buf) < need || cap(r.buf) > 4*need+1024 {
+		r.buf = make([]byte, 0, need)
 	}
-	if rp, rn, ok := tailNumber(r); ok {
-		if sp, sn, ok := tailNumber(s); ok && rp == sp && sn+(sn-rn) >= 0 {
-			return sp + strconv.FormatInt(sn+(sn-rn), 10), true
+	r.buf = r.buf[:0]
+	lp := lengthPos(kind)
+	for i, s := range list {
+		if sensitiveAt(list, fixed, i) {
+			r.val[i] = "" // never predicted
+			if r.pred != nil {
+				r.pred[i] = ""
+			}
+			continue
+		}
+		start := len(r.buf)
+		r.buf = append(r.buf, s...) // never alias a message buffer
+		s = view(r.buf, start)
+		r.val[i] = s
+		if r.pred != nil {
+			r.pred[i] = s
+		}
+		switch {
+		case lp >= 0 && i > fixed && i > lp && (i-fixed)%2 == 1 && s == list[lp] &&
+			strings.EqualFold(list[i-1], "Content-Length"):
+			if r.link == nil {
+				if cap(r.linkStore) < n {
+					r.linkStore = make([]uint8, n)
+				}
+				r.link = r.linkStore[:n]
+				clear(r.link)
+			}
+			r.link[i] = uint8(lp + 1)
+		case ref != nil && i < len(ref.val) && ref.val[i] != s:
+			start := len(r.buf)
+			if buf, ok := appendNextStep(r.buf, ref.val[i], s); ok && size+len(buf)-start <= maxStoredHead {
+				r.buf = buf
+				p := view(buf, start)
+				if r.pred == nil {
+					if cap(r.predStore) < n {
+						r.predStore = make([]string, n)
+					}
+					r.pred = r.predStore[:n]
+					copy(r.pred, r.val[:i])
+				}
+				r.pred[i] = p
+				size += len(p)
+			}
 		}
 	}
-	return "", false
 }
 
 // decode reads a coded list of kind from p, returning the list, the reference index used
 // and the rest of p. maxBytes bounds the total size of the strings it produces.
 func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, ref int, rest []byte, err error) {
-	d := headDecoder{p: p, maxBytes: maxBytes, fixed: fixedFields(kind)}
+	d := headDecoder{p: p, maxBytes: maxBytes, fixed: fixedFields(kind), list: m.scratch(), buf: m.buf}
+	defer func() { m.list, m.buf = d.list, d.buf }()
 	rb, err := d.readRef(m, kind)
 	if err != nil {
 		return nil, 0, nil, err
@@ -553,11 +512,11 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 	if err := d.readCount(rb); err != nil {
 		return nil, 0, nil, err
 	}
-	d.list = make([]string, 0, min(d.n, 64))
 	if rb != noRef && rb&refPredicted != 0 {
 		if err := d.addPredicted(len(d.refList)); err != nil {
 			return nil, 0, nil, err
 		}
+		m.choose(kind, d.list, d.ref)
 		return d.list, d.ref, d.p, nil
 	}
 	for uint64(len(d.list)) < d.n {
@@ -565,6 +524,7 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 			return nil, 0, nil, err
 		}
 	}
+	m.choose(kind, d.list, d.ref)
 	return d.list, d.ref, d.p, nil
 }
 
@@ -579,9 +539,10 @@ type headDecoder struct {
 	rh      *refHead
 	refList []string
 
-	n         uint64 // fields the head has
-	list      []string
-	total     int // bytes of list
+	n         uint64   // fields the head has
+	list      []string // views of p, of the reference's strings and of buf
+	buf       []byte   // bytes of the fields decoded other than as views
+	total     int      // bytes of list
 	lastDelta int64
 	haveDelta bool
 }
@@ -606,7 +567,7 @@ func (d *headDecoder) readRef(m *headModel, kind byte) (byte, error) {
 		return 0, corruptHead(fmt.Sprintf("reference byte 0x%02x", rb))
 	}
 	d.ref = int(rb & refIndex)
-	refs := m.refs[kind]
+	refs := m.refs[kindSlot(kind)]
 	if d.ref >= len(refs) {
 		return 0, corruptHead(fmt.Sprintf("reference %d of %d heads", d.ref, len(refs)))
 	}
@@ -706,7 +667,7 @@ func (d *headDecoder) field(op byte) (string, error) {
 	i := len(d.list)
 	switch op {
 	case opLiteral, opSensitive:
-		s, rest, ok := readStr(d.p)
+		s, rest, ok := viewStr(d.p)
 		if !ok {
 			return "", corruptHead("literal")
 		}
@@ -743,25 +704,28 @@ func (d *headDecoder) delta(op byte, i int) (string, error) {
 		d.p = d.p[k:]
 	}
 	r := d.refList[i]
+	start := len(d.buf)
 	switch op {
 	case opDelta, opSameDelta:
 		if a, ok := decimal(r); ok {
 			d.lastDelta, d.haveDelta = diff, true
-			return strconv.FormatInt(a+diff, 10), nil
+			d.buf = strconv.AppendInt(d.buf, a+diff, 10)
+			return view(d.buf, start), nil
 		}
 	case opDate:
 		if a, ok := parseHTTPDate(r); ok && diff > -1<<40 && diff < 1<<40 {
-			s := time.Unix(a+diff, 0).UTC().Format(httpDate)
+			var ok bool
 			// A date outside 4-digit years formats longer: refuse it, as the encoder
 			// could never have produced it.
-			if _, ok := parseHTTPDate(s); !ok {
+			if d.buf, ok = appendHTTPDate(d.buf, a+diff); !ok {
 				return "", corruptHead("date out of range")
 			}
-			return s, nil
+			return view(d.buf, start), nil
 		}
 	default: // opTailDelta
 		if prefix, a, ok := tailNumber(r); ok && a+diff >= 0 {
-			return prefix + strconv.FormatInt(a+diff, 10), nil
+			d.buf = strconv.AppendInt(append(d.buf, prefix...), a+diff, 10)
+			return view(d.buf, start), nil
 		}
 	}
 	return "", corruptHead("delta on a non-number")
@@ -782,34 +746,14 @@ func (d *headDecoder) edit(i int) (string, error) {
 	if k2 <= 0 || pre > uint64(len(r)) || suf > uint64(len(r))-pre {
 		return "", corruptHead("edit bounds")
 	}
-	mid, rest, ok := readStr(d.p[k1+k2:])
+	mid, rest, ok := viewStr(d.p[k1+k2:])
 	if !ok {
 		return "", corruptHead("edit middle")
 	}
 	d.p = rest
-	return r[:pre] + mid + r[uint64(len(r))-suf:], nil
-}
-
-func decimal(s string) (int64, bool) {
-	if len(s) == 0 || len(s) > 18 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && strconv.FormatInt(n, 10) == s
-}
-
-// tailNumber splits s into a prefix and the canonical non-negative number its trailing
-// digits form ("8f3a91c2-421" -> "8f3a91c2-", 421).
-func tailNumber(s string) (prefix string, n int64, ok bool) {
-	i := len(s)
-	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
-		i--
-	}
-	if i == len(s) || len(s)-i > 18 || (s[i] == '0' && i < len(s)-1) {
-		return "", 0, false
-	}
-	n, err := strconv.ParseInt(s[i:], 10, 64)
-	return s[:i], n, err == nil
+	start := len(d.buf)
+	d.buf = append(append(append(d.buf, r[:pre]...), mid...), r[uint64(len(r))-suf:]...)
+	return view(d.buf, start), nil
 }
 
 func commonPrefix(a, b string) int {
@@ -844,45 +788,20 @@ func appendStr(dst []byte, s string) []byte {
 	return append(dst, s...)
 }
 
-func readStr(p []byte) (string, []byte, bool) {
+// viewStr reads a length-prefixed string of p, as a view of p's bytes.
+func viewStr(p []byte) (string, []byte, bool) {
 	n, k := binary.Uvarint(p)
 	if k <= 0 || n > uint64(len(p)-k) {
 		return "", nil, false
 	}
-	return string(p[k : k+int(n)]), p[k+int(n):], true
-}
-
-// splitHead returns the kind, the head's list and where the body starts, when msg starts
-// with an envelope head that the list rebuilds byte for byte; ok is false otherwise
-// (then the whole message is coded as body).
-func splitHead(msg []byte) (kind byte, list []string, fixed int, body []byte, ok bool) {
-	head, body, err := envelope.Split(msg)
-	if err != nil {
-		return 0, nil, 0, nil, false
-	}
-	kind = head[1]
-	if head[0] != envelope.Version {
-		return 0, nil, 0, nil, false
-	}
-	list, fixed, ok = headFields(kind, head)
-	if !ok {
-		return 0, nil, 0, nil, false
-	}
-	// Canonical? The decoder rebuilds the head from the list; it must come out identical.
-	prefixLen := len(msg) - len(body)
-	var scratch [512]byte
-	re, ok := appendHead(scratch[:0], kind, list)
-	if !ok || !bytes.Equal(re, msg[:prefixLen]) {
-		return 0, nil, 0, nil, false
-	}
-	return kind, list, fixed, body, true
+	return bytesView(p[k : k+int(n)]), p[k+int(n):], true
 }
 
 // digest hashes the model's state, for tests that check both ends stay identical.
 func (m *headModel) digest() uint64 {
 	h := fnv.New64a()
 	for _, kind := range []byte{envelope.KindRequest, envelope.KindResponse, envelope.KindError} {
-		for _, r := range m.refs[kind] {
+		for _, r := range m.refs[kindSlot(kind)] {
 			fmt.Fprintf(h, "%c%d|", kind, len(r.val))
 			for i, s := range r.val {
 				fmt.Fprintf(h, "%d:%s", len(s), s)

@@ -2,6 +2,9 @@ package codec
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -51,7 +54,7 @@ func headRoundTrip(t *testing.T, msgs [][]byte) []int {
 	enc, dec := newHeadModel(), newHeadModel()
 	var sizes []int
 	for i, msg := range msgs {
-		kind, list, fixed, body, ok := splitHead(msg)
+		kind, list, fixed, body, ok := enc.splitHead(msg)
 		require.True(t, ok, "message %d has a canonical head", i)
 		coded, ref := enc.encode(nil, kind, list, fixed)
 		enc.commit(kind, list, fixed)
@@ -59,9 +62,9 @@ func headRoundTrip(t *testing.T, msgs [][]byte) []int {
 		require.NoError(t, err, "message %d", i)
 		require.Empty(t, rest)
 		require.Equal(t, ref, gotRef)
-		dec.commit(kind, got, fixedFields(kind))
 		out, ok := appendHead(nil, kind, got)
 		require.True(t, ok)
+		dec.commit(kind, got, fixedFields(kind))
 		require.Equal(t, msg[:len(msg)-len(body)], out, "message %d head rebuilt byte for byte", i)
 		require.Equal(t, enc.digest(), dec.digest(), "message %d: models differ", i)
 		sizes = append(sizes, len(coded))
@@ -106,7 +109,7 @@ func TestHeadModelSensitiveNeverStored(t *testing.T) {
 	m2 := headMsg(reqHead(2, "credit", 10, auth), "")
 	enc := newHeadModel()
 	for _, m := range [][]byte{m1, m2} {
-		kind, list, fixed, _, ok := splitHead(m)
+		kind, list, fixed, _, ok := enc.splitHead(m)
 		require.True(t, ok)
 		coded, _ := enc.encode(nil, kind, list, fixed)
 		require.Contains(t, string(coded), secret, "a credential is sent literally, even when unchanged")
@@ -126,7 +129,7 @@ func TestHeadModelSensitiveNeverStored(t *testing.T) {
 func TestHeadModelHostile(t *testing.T) {
 	dec := newHeadModel()
 	m := headMsg(reqHead(1, "credit", 10), "")
-	kind, list, fixed, _, _ := splitHead(m)
+	kind, list, fixed, _, _ := dec.splitHead(m)
 	dec.commit(kind, list, fixed)
 	cases := map[string][]byte{
 		"empty":               {},
@@ -165,15 +168,15 @@ func TestHeadModelHostile(t *testing.T) {
 // prefix) is not head-coded: the whole message goes to the body coder.
 func TestSplitHeadNonCanonical(t *testing.T) {
 	m := headMsg(reqHead(1, "credit", 10), "<x/>")
-	_, _, _, _, ok := splitHead(m)
+	_, _, _, _, ok := newHeadModel().splitHead(m)
 	require.True(t, ok)
 	head, body, err := envelope.Split(m)
 	require.NoError(t, err)
 	odd := append([]byte{byte(len(head)) | 0x80, 0}, head...) // same length, two-byte uvarint
 	odd = append(odd, body...)
-	_, _, _, _, ok = splitHead(odd)
+	_, _, _, _, ok = newHeadModel().splitHead(odd)
 	require.False(t, ok)
-	_, _, _, _, ok = splitHead([]byte("<not-an-envelope/>"))
+	_, _, _, _, ok = newHeadModel().splitHead([]byte("<not-an-envelope/>"))
 	require.False(t, ok)
 	require.False(t, bytes.Equal(odd, m))
 }
@@ -187,7 +190,7 @@ func FuzzHeadModelDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte, kind byte) {
 		dec := newHeadModel()
 		m := headMsg(reqHead(1, "credit", 10), "")
-		k, list, fixed, _, _ := splitHead(m)
+		k, list, fixed, _, _ := dec.splitHead(m)
 		dec.commit(k, list, fixed)
 		// Heads with steps (ids, lengths, dates) and links to predict from.
 		for _, m := range [][]byte{
@@ -195,7 +198,7 @@ func FuzzHeadModelDecode(f *testing.F) {
 			headMsg(respHead(400, "Sun, 22 Nov 2026 10:00:00 GMT"), ""),
 			headMsg(respHead(410, "Sun, 22 Nov 2026 10:00:01 GMT"), ""),
 		} {
-			k, list, fixed, _, _ := splitHead(m)
+			k, list, fixed, _, _ := dec.splitHead(m)
 			dec.commit(k, list, fixed)
 		}
 		got, _, _, err := dec.decode(p, kind, 1<<16)
@@ -306,11 +309,10 @@ func TestHeadModelSteadyCost(t *testing.T) {
 	}
 }
 
-// Random heads whose values step, jump, lose or gain leading zeros and signs, cross
-// int64 and date ranges, and whose header lists grow and shrink: every one rebuilds byte
-// for byte and both models stay identical.
-func TestHeadModelRandomRoundTrip(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+// randomHeads returns heads whose values step, jump, lose or gain leading zeros and
+// signs, cross int64 and date ranges, and whose header lists grow and shrink.
+func randomHeads(seed uint64, n int) [][]byte {
+	rng := rand.New(rand.NewPCG(seed, 2))
 	values := []func(prev string) string{
 		func(string) string { return strconv.Itoa(rng.IntN(3) - 1) },
 		func(string) string { return []string{"-0", "00", "007", "+1", "1e3", "0x10", " 1", "1 "}[rng.IntN(8)] },
@@ -339,7 +341,7 @@ func TestHeadModelRandomRoundTrip(t *testing.T) {
 		cur[i] = values[i]("call/1")
 	}
 	cl := int64(100)
-	for i := range 3000 {
+	for i := range n {
 		for j := range cur {
 			if rng.IntN(3) == 0 {
 				cur[j] = values[j](cur[j])
@@ -362,5 +364,100 @@ func TestHeadModelRandomRoundTrip(t *testing.T) {
 		msgs = append(msgs, headMsg(&envelope.Request{ExchangeID: "ex-" + strconv.Itoa(i/2+rng.IntN(2)), Upstream: "svc", Method: "POST",
 			Target: "/svc", ContentLength: cl, Header: h}, ""))
 	}
-	headRoundTrip(t, msgs)
+	return msgs
+}
+
+// Random heads (randomHeads) rebuild byte for byte and both models stay identical.
+func TestHeadModelRandomRoundTrip(t *testing.T) {
+	headRoundTrip(t, randomHeads(1, 3000))
+}
+
+// TestHeadModelOutputPinned fails when the head model codes any of a varied set of heads
+// differently: numbers that do and do not round-trip, dates near the ends of 4-digit
+// years, credentials, interleaved kinds, errors. (TestTokenFormatPinned covers the
+// generated traffic; this covers the odd values.) A change here is a wire format change:
+// bump TokenFormat.
+func TestHeadModelOutputPinned(t *testing.T) {
+	const pinned = "44a0cc6663eb0176c70359f7b3f58e2f"
+	var msgs [][]byte
+	msgs = append(msgs, randomHeads(7, 2000)...)
+	for i := range 60 {
+		msgs = append(msgs, headMsg(oddHead(i), ""))
+		h := legacyHead(1000+i, 431+i%3)
+		h.Header = append(h.Header, httpwire.Field{Name: "Authorization", Value: "Basic c29hcDpzM2NyM3Q="})
+		msgs = append(msgs, headMsg(h, ""))
+		date := time.Date(1969, 12, 31, 23, 59, 50, 0, time.UTC).Add(time.Duration(i*i) * time.Second).Format(httpDate)
+		msgs = append(msgs, headMsg(respHead(int64(90+i*7), date), ""))
+		date = time.Date(0, 1, 1, 0, 0, 10, 0, time.UTC).Add(-time.Duration(i) * time.Second).Format(httpDate)
+		msgs = append(msgs, headMsg(respHead(int64(i), date), ""))
+		msgs = append(msgs, headMsg(&envelope.Error{Status: 502 + i%3, Cause: "upstream_down", Message: "soapgw: upstream refused " + strconv.Itoa(i)}, ""))
+	}
+	enc := newHeadModel()
+	h := sha256.New()
+	for _, msg := range msgs {
+		kind, list, fixed, _, ok := enc.splitHead(msg)
+		if !ok {
+			h.Write([]byte{0})
+			continue
+		}
+		coded, _ := enc.encode(nil, kind, list, fixed)
+		enc.commit(kind, list, fixed)
+		h.Write(binary.AppendUvarint(nil, uint64(len(coded))))
+		h.Write(coded)
+	}
+	got := hex.EncodeToString(h.Sum(nil))[:32]
+	require.Equal(t, pinned, got, "the head model's output changed: a wire format change")
+}
+
+// In steady state (the model has remembered headRefs heads of each kind) the head model
+// allocates nothing: splitting, coding and remembering a head, and decoding, rebuilding
+// and remembering it, on every family direction.
+func TestHeadModelZeroAllocs(t *testing.T) {
+	for _, set := range headBenchSets(true) {
+		t.Run(set.name, func(t *testing.T) {
+			msgs := set.msgs
+			enc, dec := newHeadModel(), newHeadModel()
+			var p, out []byte
+			warm := max(len(msgs), 2*headRefs) // a pass, and headRefs heads at least
+			for i := range warm {
+				m := msgs[i%len(msgs)]
+				var kind byte
+				var err error
+				p, kind = encodeHead(enc, p[:0], m)
+				out, err = decodeHead(dec, out[:0], p, kind)
+				require.NoError(t, err, "message %d", i)
+				require.Equal(t, headOf(t, m), out, "message %d", i)
+			}
+			runs := min(len(msgs), 200)
+			// The decoder's payloads, coded ahead by a second encoder in step with the first.
+			ahead := newHeadModel()
+			for i := range warm {
+				p, _ = encodeHead(ahead, p[:0], msgs[i%len(msgs)])
+			}
+			payloads := make([][]byte, runs+1)
+			kinds := make([]byte, runs+1)
+			for i := range payloads {
+				payloads[i], kinds[i] = encodeHead(ahead, nil, msgs[(warm+i)%len(msgs)])
+			}
+
+			i := warm
+			allocs := testing.AllocsPerRun(runs, func() {
+				p, _ = encodeHead(enc, p[:0], msgs[i%len(msgs)])
+				i++
+			})
+			require.Zero(t, allocs, "allocations per head encoded")
+			require.Equal(t, ahead.digest(), enc.digest(), "the encoders went out of step")
+
+			i = 0
+			var err error
+			allocs = testing.AllocsPerRun(runs, func() {
+				out, err = decodeHead(dec, out[:0], payloads[i], kinds[i])
+				i++
+			})
+			require.NoError(t, err)
+			require.Equal(t, headOf(t, msgs[(warm+runs)%len(msgs)]), out)
+			require.Zero(t, allocs, "allocations per head decoded")
+			require.Equal(t, enc.digest(), dec.digest())
+		})
+	}
 }

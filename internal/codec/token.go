@@ -50,10 +50,10 @@ func kindBits(kind byte) byte {
 // alike. Any change to them must change it (TestTokenFormatPinned fails until it does),
 // so that gateways of different releases fall back to another codec instead of sending
 // each other payloads that fail their checksums.
-const TokenFormat = 4
+const TokenFormat = 5
 
 // DefaultTokenDict is the token dictionary budget per connection direction.
-const DefaultTokenDict = 1 << 20
+const DefaultTokenDict = xmltok.DefaultDictBytes
 
 // maxTokenDict is the largest budget a decoder accepts from its peer: the memory a peer
 // can make us spend per connection direction.
@@ -118,7 +118,7 @@ func (e *TokenEncoder) Encode(dst, msg []byte) ([]byte, error) {
 		dst = binary.AppendUvarint(dst, uint64(e.dict))
 	}
 	body := msg
-	if kind, list, fixed, b, ok := splitHead(msg); ok && kindBits(kind) != 0 {
+	if kind, list, fixed, b, ok := e.heads.splitHead(msg); ok && kindBits(kind) != 0 {
 		mark := len(dst)
 		dst, _ = e.heads.encode(dst, kind, list, fixed)
 		// The head's coding must not be longer than the head itself: the payload stays
@@ -195,7 +195,7 @@ func (d *TokenDecoder) Decode(dst, payload []byte) ([]byte, error) {
 	if flags&tokenHead == 0 {
 		// A head the encoder sent inside the body is remembered as the encoder did:
 		// splitHead of the same bytes gives the same answer on both ends.
-		if kind, list, fixed, _, ok := splitHead(out[start:]); ok {
+		if kind, list, fixed, _, ok := d.heads.splitHead(out[start:]); ok {
 			d.heads.commit(kind, list, fixed)
 		}
 	}
