@@ -242,3 +242,49 @@ func TestCodecDesyncRecovery(t *testing.T) {
 		})
 	}
 }
+
+// largeXML is a DataSet-style message of at least n bytes built from the Northwind
+// responses in testdata; seed varies its start so that no two are alike.
+func largeXML(t testing.TB, n, seed int) []byte {
+	t.Helper()
+	var parts [][]byte
+	for _, f := range []string{"0001-response.xml", "0003-response.xml"} {
+		b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", "northwind", f))
+		require.NoError(t, err)
+		parts = append(parts, b)
+	}
+	out := fmt.Appendf(nil, `<?xml version="1.0" encoding="utf-8"?><soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><Data seed="%d">`, seed)
+	for i := seed; len(out) < n; i++ {
+		out = append(out, parts[i%len(parts)]...)
+	}
+	return append(out, "</Data></soap:Body></soap:Envelope>"...)
+}
+
+// Messages larger than codecs.max_coded_message (1 MiB) are coded as they stream
+// (zstd-streaming) instead of crossing the link raw, in both directions, byte for byte,
+// between messages coded whole.
+func TestCodecLargeMessagesCodedAsTheyStream(t *testing.T) {
+	small := codecTraffic(t, 2)[:6]
+	traffic := append([]codecExchange{}, small[:3]...)
+	traffic = append(traffic,
+		codecExchange{"northwind", "GetOrders", largeXML(t, 1500<<10, 1), largeXML(t, 3<<20, 2)},
+		codecExchange{"northwind", "GetCustomers", []byte("<Get/>"), largeXML(t, 2<<20, 3)})
+	traffic = append(traffic, small[3:]...)
+	up := codecUpstream(t, traffic)
+	a, origin, edge := codecPair(t, up.URL(), "auto")
+	codecRun(t, a.Edge, traffic, 2)
+
+	var payload, raw float64
+	for _, g := range []*gateway{edge, origin} {
+		require.Positive(t, metricSum(t, g.admin, "soapgw_tunnel_codec_messages_total", "direction=sent", "codec=zstd-streaming"),
+			"%s codes its large messages as they stream", g.admin)
+		payload += metricSum(t, g.admin, "soapgw_tunnel_codec_payload_bytes_total", "direction=sent", "codec=zstd-streaming")
+		raw += metricSum(t, g.admin, "soapgw_tunnel_codec_raw_bytes_total", "direction=sent", "codec=zstd-streaming")
+		require.Zero(t, metricSum(t, g.admin, "soapgw_tunnel_codec_fallbacks_total", "reason=too_large"))
+		require.Zero(t, metricSum(t, g.admin, "soapgw_gateway_errors_total"))
+	}
+	require.Equal(t, float64(3), metricSum(t, origin.admin, "soapgw_tunnel_codec_messages_total", "direction=received", "codec=zstd-streaming")+
+		metricSum(t, edge.admin, "soapgw_tunnel_codec_messages_total", "direction=received", "codec=zstd-streaming"))
+	t.Logf("large messages: %.0f raw bytes -> %.0f on the link (%.1f %%)", raw, payload, 100*payload/raw)
+	require.Less(t, payload, raw/8)
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 
 	"github.com/soapgw/soapgw/internal/codec"
@@ -15,7 +16,8 @@ import (
 type codecs struct {
 	cfg    config.CodecConfig
 	set    []tunnel.MessageCodec
-	faulty int // fault injection: desynchronize every Nth decoder (0: off)
+	stream tunnel.StreamCodec // messages too large to code whole, or flushed
+	faulty int                // fault injection: desynchronize every Nth decoder (0: off)
 }
 
 func newCodecs(cfg config.CodecConfig, log *slog.Logger) (*codecs, error) {
@@ -28,7 +30,11 @@ func newCodecs(cfg config.CodecConfig, log *slog.Logger) (*codecs, error) {
 	if err != nil {
 		return nil, err
 	}
-	cs := &codecs{cfg: cfg}
+	zs, err := codec.NewStreaming(codec.Options{ZstdLevel: cfg.ZstdLevel, ZstdDictionary: cfg.ZstdDictionary})
+	if err != nil {
+		return nil, err
+	}
+	cs := &codecs{cfg: cfg, stream: streamCodec{zs}}
 	if cs.faulty, err = desyncEvery(log); err != nil {
 		return nil, err
 	}
@@ -52,6 +58,7 @@ func (cs *codecs) policy(name string) (tunnel.Encoding, error) {
 // session fills the codec fields of a tunnel session configuration.
 func (cs *codecs) session(base tunnel.Config, enc tunnel.Encoding) *tunnel.Config {
 	base.Codecs = cs.set
+	base.StreamCodec = cs.stream
 	base.Encoding = enc
 	base.MaxCodedMessage = int(cs.cfg.MaxCodedMessage)
 	base.CodecRetention = int(cs.cfg.Retention)
@@ -84,4 +91,27 @@ func (t *tunnelCodec) NewDecoder(maxMessage int) (tunnel.MessageDecoder, error) 
 		return d, err
 	}
 	return desynced(d, t.faulty), nil
+}
+
+// streamCodec adapts codec.Streaming to the tunnel.
+type streamCodec struct{ s *codec.Streaming }
+
+func (c streamCodec) ID() uint8 { return uint8(c.s.ID()) }
+
+func (c streamCodec) Format() uint32 { return c.s.Format() }
+
+func (c streamCodec) NewStreamEncoder(w io.Writer) (tunnel.StreamEncoder, error) {
+	e, err := c.s.NewEncoder(w)
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (c streamCodec) NewStreamDecoder(r io.Reader) (tunnel.StreamDecoder, error) {
+	d, err := c.s.NewDecoder(r)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
 }

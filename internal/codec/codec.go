@@ -22,6 +22,9 @@ const (
 	Zstd       ID = 2 // per-message zstd, optional dictionary
 	ZstdStream ID = 3 // zstd with context kept across the messages of one direction
 	Token      ID = 4 // synchronized token cache (head model + xmltok)
+	// ZstdStreaming codes one message as it is written (messages too large to be coded
+	// whole, or flushed before their end): streaming.go. Not a configurable codec.
+	ZstdStreaming ID = 5
 )
 
 // Stateless reports whether every message of this codec is coded on its own, so its
@@ -41,6 +44,8 @@ func (id ID) String() string {
 		return "zstd-stream"
 	case Token:
 		return "token"
+	case ZstdStreaming:
+		return "zstd-streaming"
 	}
 	return fmt.Sprintf("codec(%d)", uint8(id))
 }

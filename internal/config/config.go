@@ -158,7 +158,8 @@ type CodecConfig struct {
 	// shared across messages even small ones shrink; see docs/codecs.md).
 	AutoMinSize ByteSize `yaml:"auto_min_size"`
 	// MaxCodedMessage is the largest message that is buffered and coded
-	// whole; larger ones stream uncoded. Default: 1MiB.
+	// whole; larger ones are coded as they stream (zstd-streaming, see
+	// docs/codecs.md). Default: 1MiB.
 	MaxCodedMessage ByteSize `yaml:"max_coded_message"`
 	// Retention is how many bytes of sent coded messages a tunnel
 	// connection keeps until the peer confirms it decoded them, so that a

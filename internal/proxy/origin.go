@@ -701,8 +701,9 @@ func copyBody(w io.Writer, r io.Reader) (int64, error) {
 // timer armed around each read of the upstream while body bytes are held), or when body
 // bytes have been held for streamMaxHoldFactor times the delay and the upstream has
 // nothing more at hand (an upstream trickling without pauses). A flush makes the tunnel
-// stream the rest of the message uncoded, so from then on what the origin holds is pushed
-// whenever the upstream has nothing more at hand.
+// stream the rest of the message (coded as it goes where the gateways can, else
+// uncoded), so from then on what the origin holds is pushed whenever the upstream has
+// nothing more at hand.
 func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Response) (int64, error) {
 	head := responseHead{
 		Status:        resp.StatusCode,

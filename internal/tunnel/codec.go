@@ -3,6 +3,7 @@ package tunnel
 import (
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"time"
 
@@ -51,6 +52,45 @@ type MessageEncoder interface {
 // error the decoder is discarded.
 type MessageDecoder interface {
 	Decode(dst, payload []byte) ([]byte, error) // appends the message of payload to dst
+}
+
+// StreamCodec codes one message as it is written, for the messages a MessageCodec cannot
+// take whole: larger than the coded-message limit, or flushed before their end (a server
+// streaming its answer). It keeps no state across messages, so a streamed message's
+// frames interleave with other streams' like identity frames, use the window like them,
+// need no acknowledgement and are decoded by the reader as it reads, never by recvLoop:
+//
+//	Write ─► StreamEncoder ─► DATA frames (codec id in the START preamble)
+//	recvLoop ─► Stream buffer (coded bytes, window-bounded) ─► Read: StreamDecoder ─► CRC-32C
+//
+// The trailer's CRC-32C covers the decoded message, as for every message. A message
+// that fails to decode cannot be resent (its first bytes may be with the reader
+// already): the stream is reset with CODEC. See frame/SPEC.md "Streamed messages".
+type StreamCodec interface {
+	ID() uint8
+	Format() uint32
+	// NewStreamEncoder returns an encoder writing one coded message to w; it writes on
+	// the caller's goroutine only, during Write, Flush and Close.
+	NewStreamEncoder(w io.Writer) (StreamEncoder, error)
+	// NewStreamDecoder returns a decoder reading one coded message from r, whose memory
+	// is bounded whatever r holds.
+	NewStreamDecoder(r io.Reader) (StreamDecoder, error)
+}
+
+// StreamEncoder codes one message; Release gives its state back (after Close, or to
+// abandon the message).
+type StreamEncoder interface {
+	io.Writer
+	Flush() error
+	Close() error
+	Release()
+}
+
+// StreamDecoder decodes one message: Read returns io.EOF at its end. Release gives its
+// state back.
+type StreamDecoder interface {
+	io.Reader
+	Release()
 }
 
 // Encoding chooses the codec id for one outgoing message among those the peer decodes

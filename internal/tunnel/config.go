@@ -27,8 +27,13 @@ type Config struct {
 	// MaxCodedMessage is the largest message that is buffered and coded whole (default
 	// 1 MiB), and the largest decoded message this side accepts (announced in HELLO as
 	// max_coded). A sender codes only messages of at most min(own, peer's); larger or
-	// flushed messages stream as identity.
+	// flushed messages are streamed, with StreamCodec if both sides have it, else as
+	// identity.
 	MaxCodedMessage int
+	// StreamCodec, if set, codes the messages that would be coded but cannot be coded
+	// whole (larger than the limit, or flushed) as they are written; its id goes into
+	// HELLO's codecs like the others. nil: such messages stream as identity.
+	StreamCodec StreamCodec
 	// CodecRetention bounds the bytes of sent coded messages kept until the peer
 	// acknowledges them, for a resend if the peer cannot decode them (default 8 MiB, or
 	// MaxCodedMessage if larger). Each message also costs 1 KiB for its stream, which is
@@ -157,6 +162,12 @@ func (c *Config) Validate() error {
 		}
 		seen[id] = true
 	}
+	if sc := c.StreamCodec; sc != nil {
+		id := sc.ID()
+		if id == 0 || id > frame.MaxCodecID || seen[id] {
+			return fmt.Errorf("tunnel config: StreamCodec id %d is 0, above %d or the id of one of Codecs", id, frame.MaxCodecID)
+		}
+	}
 	return nil
 }
 
@@ -173,6 +184,13 @@ func (c *Config) hello() frame.Hello {
 	}
 	if len(c.Codecs) > 0 {
 		maxCoded = uint32(c.MaxCodedMessage)
+	}
+	if sc := c.StreamCodec; sc != nil {
+		codecs = append(codecs, sc.ID())
+		if formats == nil {
+			formats = map[string]uint32{}
+		}
+		formats[strconv.Itoa(int(sc.ID()))] = sc.Format()
 	}
 	return frame.Hello{
 		Proto:      frame.Proto,

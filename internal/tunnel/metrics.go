@@ -254,6 +254,11 @@ func (m *Metrics) session(peer string, cfg *Config) *sessionMetrics {
 		sm.codecSent[id], sm.codecRecv[id] = counters("sent", name), counters("received", name)
 		m.formats.WithLabelValues(peer, name) // at 0 until a mismatch: the alert has a series
 	}
+	if sc := cfg.StreamCodec; sc != nil {
+		id := sc.ID()
+		name := cfg.codecName(id)
+		sm.codecSent[id], sm.codecRecv[id] = counters("sent", name), counters("received", name)
+	}
 	return sm
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,7 +50,9 @@ type Session struct {
 	peerCodec      [frame.MaxCodecID + 1]bool         // ids the peer decodes, in our format
 	formatMismatch []uint8                            // ids both have, in different formats
 	peerDecodesFn  func(uint8) bool
-	codedLimit     int // largest message coded whole: min(MaxCodedMessage, peer's max_coded); 0: none
+	codedLimit     int         // largest message coded whole: min(MaxCodedMessage, peer's max_coded); 0: none
+	streamOut      StreamCodec // codes messages too large or flushed, if the peer decodes it in our format
+	streamInID     uint8       // id of our StreamCodec (0: none): START frames with it are streamed in
 	// Guarded by mu:
 	sendEpoch     uint64
 	retained      int          // CodecRetention bytes reserved by queued and unacknowledged coded messages
@@ -264,6 +267,16 @@ func (s *Session) initCodecs() {
 	}
 	if shared {
 		s.codedLimit = min(s.cfg.MaxCodedMessage, int(s.peer.MaxCoded))
+	}
+	if sc := s.cfg.StreamCodec; sc != nil {
+		s.streamInID = sc.ID()
+		if slices.Contains(s.peer.Codecs, sc.ID()) {
+			if sc.Format() == s.peer.FormatOf(sc.ID()) {
+				s.streamOut = sc
+			} else {
+				s.formatMismatch = append(s.formatMismatch, sc.ID())
+			}
+		}
 	}
 	s.peerDecodesFn = s.peerDecodes
 	s.sendEpoch = 1
@@ -945,7 +958,9 @@ func (s *Session) handleData(h frame.Header, p []byte) (retained bool, err error
 			credit -= int64(pre.AckLen()) // control data, not flow-controlled
 		}
 	}
-	coded := start && pre.Codec != 0
+	// A streamed message (StreamCodec) travels like identity: its frames interleave
+	// with other streams', and Read decodes it.
+	coded := start && pre.Codec != 0 && pre.Codec != s.streamInID
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		// closeWithError has failed every stream; recvLoop may still be working through
@@ -995,7 +1010,7 @@ func (s *Session) handleData(h frame.Header, p []byte) (retained bool, err error
 	if coded {
 		return false, s.startCoded(h, st, pre, data, credit)
 	}
-	return st.receive(h.Flags, p, data, credit)
+	return st.receive(h.Flags, pre.Codec, p, data, credit)
 }
 
 // linger keeps st, whose exchange is over, until its coded message is acknowledged. It

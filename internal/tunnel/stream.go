@@ -45,7 +45,15 @@ type Stream struct {
 	rerr     error
 	rsig     chan struct{}
 	codec    uint8 // codec the message arrived in
-	rbytes   int   // message bytes received (identity)
+	rbytes   int   // message bytes received (identity), or coded bytes (streamed)
+	// A streamed message (codec ≠ 0 in receive: streamed) is kept coded in chunks and decoded by
+	// Read through rdec (made at the first Read); its trailer's CRC-32C, rwant, is
+	// checked against the decoded bytes (rcrc, kept by Read) at the decoder's end.
+	streamed bool
+	rdec     StreamDecoder
+	rwant    uint32
+	rraw     int  // decoded bytes of a streamed message
+	decoded  bool // a streamed message was decoded whole and its checksum matched
 
 	// send side
 	swindow  int64
@@ -75,12 +83,15 @@ type Stream struct {
 	// coding
 	encoding     Encoding // from SetEncoding
 	encodingSet  bool
-	decided      bool // whether to code this message was decided (first Write, Flush or CloseWrite)
-	coding       bool // buffering the whole message in wbuf to code it at CloseWrite
-	sentBytes    int  // message bytes sent as identity
-	codedOut     bool // the coded message is queued or awaits the peer's ack
-	resending    bool // sendIdentity runs for this stream
-	finishWanted bool // the exchange is over; finish once codedOut and resending clear
+	decided      bool          // whether to code this message was decided (first Write, Flush or CloseWrite)
+	coding       bool          // buffering the whole message in wbuf to code it at CloseWrite
+	sentBytes    int           // message bytes sent as identity, or coded bytes of a streamed message
+	senc         StreamEncoder // codes the outgoing message as it is written (StreamCodec)
+	scodec       uint8         // codec id of the streamed outgoing message; 0: identity
+	rawSent      int           // message bytes given to senc
+	codedOut     bool          // the coded message is queued or awaits the peer's ack
+	resending    bool          // sendIdentity runs for this stream
+	finishWanted bool          // the exchange is over; finish once codedOut and resending clear
 
 	readDL, writeDL *deadline
 }
@@ -302,12 +313,26 @@ func (st *Stream) Write(p []byte) (int, error) {
 			st.wbuf = append(st.wbuf, p...)
 			return len(p), nil
 		}
-		// Too large to be coded whole: stream it as identity from here on.
+		// Too large to be coded whole: stream it, coded by the stream codec if the peer
+		// has it, else as identity.
 		st.coding = false
-		st.s.m.fallbacks[fbTooLarge].Inc()
-		if err := st.emitBufLocked(false, true); err != nil {
+		start := st.wbuf
+		if len(start) < chooseSample {
+			// The policy judges a message by its start (XML or not, size): what is
+			// buffered may be only the envelope head.
+			start = append(start[:len(start):len(start)], p[:min(len(p), chooseSample)]...)
+		}
+		if !st.startStreamingLocked(start) {
+			st.s.m.fallbacks[fbTooLarge].Inc()
+			if err := st.emitBufLocked(false, true); err != nil {
+				return 0, err
+			}
+		} else if err := st.encodeBufLocked(); err != nil {
 			return 0, err
 		}
+	}
+	if st.senc != nil {
+		return st.writeStreamedLocked(p)
 	}
 	limit := st.maxData()
 	if st.wbuf == nil {
@@ -337,15 +362,117 @@ func (st *Stream) Flush() error {
 	if st.werr != nil {
 		return st.werr
 	}
-	if st.sdone || len(st.wbuf) == 0 {
-		return nil
+	if st.sdone || (len(st.wbuf) == 0 && st.senc == nil) {
+		return nil // (a stream encoder may hold bytes while wbuf is empty)
 	}
 	st.decideLocked()
 	if st.coding {
 		st.coding = false
-		st.s.m.fallbacks[fbFlushed].Inc()
+		if st.startStreamingLocked(st.wbuf) {
+			if err := st.encodeBufLocked(); err != nil {
+				return err
+			}
+		} else {
+			st.s.m.fallbacks[fbFlushed].Inc()
+		}
+	}
+	if st.senc != nil {
+		if err := st.senc.Flush(); err != nil {
+			return st.encodeErrLocked(err)
+		}
 	}
 	return st.emitBufLocked(false, false)
+}
+
+// chooseSample is how much of a message's start the Encoding sees when the message is
+// streamed: enough for its envelope head and the start of its body.
+const chooseSample = 4 << 10
+
+// startStreamingLocked switches the outgoing message, buffered in wbuf to be coded whole,
+// to the stream codec when it cannot be: the peer decodes the stream codec in our format,
+// nothing went out yet, and the Encoding codes the message (judged on its start, the
+// first bytes written). wbuf still holds the raw bytes buffered, for encodeBufLocked.
+// st.mu is held.
+func (st *Stream) startStreamingLocked(start []byte) bool {
+	sc := st.s.streamOut
+	if sc == nil || st.sstarted {
+		return false
+	}
+	st.mu.Unlock() // Choose may take its time; only this goroutine writes the stream
+	id := st.s.chooseCodec(st.encoding, start)
+	st.mu.Lock()
+	if id == 0 || st.werr != nil {
+		return false
+	}
+	enc, err := sc.NewStreamEncoder(streamSink{st})
+	if err != nil {
+		st.s.m.fallbacks[fbEncodeError].Inc()
+		return false
+	}
+	st.senc, st.scodec = enc, sc.ID()
+	return true
+}
+
+// encodeBufLocked codes the raw bytes buffered in wbuf, the start of a message that has
+// just switched to streaming. st.mu is held.
+func (st *Stream) encodeBufLocked() error {
+	raw := st.wbuf
+	st.wbuf = nil
+	_, err := st.writeStreamedLocked(raw)
+	return err
+}
+
+// writeStreamedLocked codes p into the outgoing streamed message. The checksum covers
+// the message as written; the encoder writes its output through streamSink into frames.
+// st.mu is held.
+func (st *Stream) writeStreamedLocked(p []byte) (int, error) {
+	st.scrc = crc32.Update(st.scrc, castagnoli, p)
+	st.rawSent += len(p)
+	if _, err := st.senc.Write(p); err != nil {
+		return 0, st.encodeErrLocked(err)
+	}
+	return len(p), nil
+}
+
+// encodeErrLocked is the write error after the stream encoder failed: the frame error
+// that made it fail (werr), or the encoder's own, which resets the stream (a message
+// half sent cannot be sent again). st.mu is held.
+func (st *Stream) encodeErrLocked(err error) error {
+	if st.werr != nil {
+		return st.werr
+	}
+	st.werr = fmt.Errorf("tunnel: coding a streamed message: %w", err)
+	st.s.m.fallbacks[fbEncodeError].Inc()
+	werr := st.werr
+	st.mu.Unlock()
+	st.fail(&StreamError{Code: frame.CodeInternal, Reason: werr.Error()}, true)
+	st.mu.Lock()
+	return werr
+}
+
+// streamSink takes a stream encoder's output into DATA frames of the stream. The encoder
+// writes only during the stream's Write, Flush and CloseWrite, with st.mu held.
+type streamSink struct{ st *Stream }
+
+func (w streamSink) Write(b []byte) (int, error) {
+	st := w.st
+	limit := st.maxData()
+	if st.wbuf == nil {
+		st.wbuf = make([]byte, 0, limit)
+	}
+	n := 0
+	for len(b) > 0 {
+		k := min(limit-len(st.wbuf), len(b))
+		st.wbuf = append(st.wbuf, b[:k]...)
+		b = b[k:]
+		n += k
+		if len(st.wbuf) >= limit {
+			if err := st.emitBufLocked(false, true); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
 }
 
 // CloseWrite ends the outgoing message: the last frame carries the CRC-32C trailer. A
@@ -391,6 +518,15 @@ func (st *Stream) CloseWrite() error {
 			}
 		}
 		st.wbuf = raw // identity after all
+	}
+	if st.senc != nil {
+		if err := st.senc.Close(); err != nil {
+			err = st.encodeErrLocked(err)
+			st.endWriteLocked()
+			return err
+		}
+		st.senc.Release()
+		st.senc = nil
 	}
 	if err := st.emitBufLocked(true, false); err != nil {
 		st.endWriteLocked()
@@ -446,7 +582,7 @@ func (st *Stream) emitAllLocked(msg []byte, end bool) error {
 // emitLocked turns data into one identity DATA frame, waiting for window credit. st.mu
 // is held.
 func (st *Stream) emitLocked(data []byte, end bool) error {
-	var pre frame.Preamble // identity codec, epoch 0
+	pre := frame.Preamble{Codec: st.scodec} // identity, or a streamed message; epoch 0
 	size := len(data)
 	start := !st.sstarted
 	if start {
@@ -475,7 +611,9 @@ func (st *Stream) emitLocked(data []byte, end bool) error {
 		}
 	}
 	st.swindow -= int64(size)
-	st.scrc = crc32.Update(st.scrc, castagnoli, data)
+	if st.scodec == 0 {
+		st.scrc = crc32.Update(st.scrc, castagnoli, data)
+	}
 	var fl frame.Flags
 	if start {
 		fl |= frame.FlagStart
@@ -484,7 +622,11 @@ func (st *Stream) emitLocked(data []byte, end bool) error {
 		fl |= frame.FlagEnd
 		// Counted before the frame can reach the peer, so that the count is never behind
 		// what the peer saw.
-		st.s.m.codecSent[0].add(st.sentBytes+len(data), st.sentBytes+len(data))
+		if st.scodec == 0 {
+			st.s.m.codecSent[0].add(st.sentBytes+len(data), st.sentBytes+len(data))
+		} else {
+			st.s.m.codecSent[st.scodec].add(st.rawSent, st.sentBytes+len(data))
+		}
 	}
 	err := st.s.enqueueData(st, func(id uint32) queued {
 		q := queued{h: frame.Header{Length: uint32(size), Type: frame.TypeData, Flags: fl, StreamID: id}, payload: getBuf()}
@@ -514,10 +656,11 @@ func (st *Stream) addSendWindow(n int64) {
 	signal(st.ssig)
 }
 
-// receive takes one identity DATA frame from recvLoop: p is the frame's payload, data the
+// receive takes one DATA frame of an identity or streamed message from recvLoop: codec
+// is the START preamble's codec id (0 on other frames), p the frame's payload, data the
 // message bytes in it (after the preamble), credit the window bytes it uses. Errors it
 // returns are connection errors. retained reports whether the stream kept p for Read.
-func (st *Stream) receive(fl frame.Flags, p, data []byte, credit int64) (retained bool, err error) {
+func (st *Stream) receive(fl frame.Flags, codec uint8, p, data []byte, credit int64) (retained bool, err error) {
 	st.mu.Lock()
 	if st.rerr != nil {
 		st.mu.Unlock()
@@ -538,7 +681,7 @@ func (st *Stream) receive(fl frame.Flags, p, data []byte, credit int64) (retaine
 			return false, fmt.Errorf("%w: stream %d: second START", frame.ErrBadPayload, st.id)
 		}
 		st.rstarted = true
-		st.codec = 0
+		st.codec, st.streamed = codec, codec != 0
 	} else if !st.rstarted {
 		st.mu.Unlock()
 		return false, fmt.Errorf("%w: stream %d: DATA before START", frame.ErrBadPayload, st.id)
@@ -552,8 +695,13 @@ func (st *Stream) receive(fl frame.Flags, p, data []byte, credit int64) (retaine
 			return false, err
 		}
 	}
-	st.rcrc = crc32.Update(st.rcrc, castagnoli, data)
-	if end && st.rcrc != want {
+	if st.streamed {
+		// Streamed: Read decodes, and checks want against what it decoded.
+		st.rwant = want
+	} else {
+		st.rcrc = crc32.Update(st.rcrc, castagnoli, data)
+	}
+	if end && !st.streamed && st.rcrc != want {
 		got := st.rcrc
 		st.mu.Unlock()
 		st.s.m.checksum.Inc()
@@ -573,7 +721,9 @@ func (st *Stream) receive(fl frame.Flags, p, data []byte, credit int64) (retaine
 	if end {
 		st.rdone = true
 		finished = st.sdone
-		st.s.m.codecRecv[0].add(st.rbytes, st.rbytes)
+		if !st.streamed {
+			st.s.m.codecRecv[0].add(st.rbytes, st.rbytes)
+		}
 	}
 	st.mu.Unlock()
 	signal(st.rsig)
@@ -586,6 +736,101 @@ func (st *Stream) receive(fl frame.Flags, p, data []byte, credit int64) (retaine
 // Read reads the peer's message. It returns io.EOF after the whole message arrived and
 // its checksum matched, a *ChecksumError if it did not, a *StreamError on reset.
 func (st *Stream) Read(b []byte) (int, error) {
+	// Whether the message is streamed is known at its first frame.
+	for {
+		st.mu.Lock()
+		started, streamed, rerr := st.rstarted, st.streamed, st.rerr
+		st.mu.Unlock()
+		switch {
+		case streamed:
+			return st.readStreamed(b)
+		case started || rerr != nil:
+			return st.readChunks(b)
+		}
+		select {
+		case <-st.rsig:
+			signal(st.rsig) // for readChunks, should the frame have brought data
+		case <-st.readDL.wait():
+			return 0, ErrTimeout
+		}
+	}
+}
+
+// readStreamed decodes a streamed message into b. The decoder reads the coded bytes
+// through readChunks, so the window is returned to the peer as it consumes them and the
+// coded bytes held are bounded by the window, whatever the message decodes to.
+func (st *Stream) readStreamed(b []byte) (int, error) {
+	if st.decoded {
+		return 0, io.EOF
+	}
+	if st.rdec == nil {
+		d, err := st.s.cfg.StreamCodec.NewStreamDecoder(chunkReader{st})
+		if err != nil {
+			return 0, st.decodeFailed(err)
+		}
+		st.rdec = d
+	}
+	n, err := st.rdec.Read(b)
+	st.rcrc = crc32.Update(st.rcrc, castagnoli, b[:n])
+	st.rraw += n
+	if err == nil {
+		return n, nil
+	}
+	if err != io.EOF {
+		return n, st.decodeFailed(err)
+	}
+	st.rdec.Release()
+	st.rdec = nil
+	st.mu.Lock()
+	want, coded := st.rwant, st.rbytes
+	rerr := st.rerr
+	st.mu.Unlock()
+	if rerr != nil {
+		return n, rerr
+	}
+	if st.rcrc != want {
+		st.s.m.checksum.Inc()
+		cerr := &ChecksumError{Want: want, Got: st.rcrc}
+		st.fail(cerr, false)
+		st.s.sendControl(frame.TypeRSTStream, 0, st.ID(), frame.AppendRST(nil, frame.CodeChecksum, "message checksum mismatch"))
+		return n, cerr
+	}
+	st.decoded = true
+	st.s.m.codecRecv[st.codec].add(st.rraw, coded)
+	if n > 0 {
+		return n, nil
+	}
+	return 0, io.EOF
+}
+
+// decodeFailed is Read's error when the stream decoder failed: the stream's own error if
+// it failed (reset, connection lost: the decoder saw it as its input's error), else a
+// codec error, and the stream is reset with CODEC: the message cannot be resent.
+func (st *Stream) decodeFailed(err error) error {
+	if st.rdec != nil {
+		st.rdec.Release()
+		st.rdec = nil
+	}
+	st.mu.Lock()
+	rerr := st.rerr
+	st.mu.Unlock()
+	if rerr != nil {
+		return rerr
+	}
+	cerr := &StreamError{Code: frame.CodeCodec, Reason: "streamed message does not decode: " + err.Error()}
+	st.s.m.resyncs[rsDecode].Inc()
+	st.fail(cerr, true)
+	return cerr
+}
+
+// chunkReader reads a streamed message's coded bytes for its decoder.
+type chunkReader struct{ st *Stream }
+
+func (r chunkReader) Read(b []byte) (int, error) { return r.st.readChunks(b) }
+
+// readChunks reads the message bytes as they arrived: the message itself, or the coded
+// bytes of a streamed message.
+func (st *Stream) readChunks(b []byte) (int, error) {
 	for {
 		st.mu.Lock()
 		if len(st.chunks) > 0 {

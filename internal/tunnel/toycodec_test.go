@@ -228,6 +228,8 @@ func toyCodecName(id uint8) string {
 		return "reverse"
 	case copyID:
 		return "copy"
+	case flateID:
+		return "flate"
 	}
 	return ""
 }
