@@ -262,7 +262,8 @@ func largeXML(t testing.TB, n, seed int) []byte {
 
 // Messages larger than codecs.max_coded_message (1 MiB) are coded as they stream
 // (zstd-streaming) instead of crossing the link raw, in both directions, byte for byte,
-// between messages coded whole.
+// between messages coded whole; over the TCP tunnel and over the UDP tunnel (through a
+// relay that drops 2 % of the datagrams).
 func TestCodecLargeMessagesCodedAsTheyStream(t *testing.T) {
 	small := codecTraffic(t, 2)[:6]
 	traffic := append([]codecExchange{}, small[:3]...)
@@ -270,21 +271,37 @@ func TestCodecLargeMessagesCodedAsTheyStream(t *testing.T) {
 		codecExchange{"northwind", "GetOrders", largeXML(t, 1500<<10, 1), largeXML(t, 3<<20, 2)},
 		codecExchange{"northwind", "GetCustomers", []byte("<Get/>"), largeXML(t, 2<<20, 3)})
 	traffic = append(traffic, small[3:]...)
-	up := codecUpstream(t, traffic)
-	a, origin, edge := codecPair(t, up.URL(), "auto")
-	codecRun(t, a.Edge, traffic, 2)
+	for _, transport := range []string{"tcp", "udp"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			up := codecUpstream(t, traffic)
+			metric := "soapgw_tunnel_codec_"
+			var a pairAddrs
+			var origin, edge *gateway
+			if transport == "tcp" {
+				a, origin, edge = codecPair(t, up.URL(), "auto")
+			} else {
+				metric = "soapgw_udp_codec_"
+				a = newPairAddrs(t)
+				origin = startGateway(t, a.OriginAdmin, originYAML(a, up.URL(), "  codec: auto\n"))
+				relay := startUDPRelay(t, a.Tunnel, 2, 0, 2*time.Millisecond, false)
+				edge = startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, relay.Addr(), "\n      codec: auto"))
+			}
+			codecRun(t, a.Edge, traffic, 2)
 
-	var payload, raw float64
-	for _, g := range []*gateway{edge, origin} {
-		require.Positive(t, metricSum(t, g.admin, "soapgw_tunnel_codec_messages_total", "direction=sent", "codec=zstd-streaming"),
-			"%s codes its large messages as they stream", g.admin)
-		payload += metricSum(t, g.admin, "soapgw_tunnel_codec_payload_bytes_total", "direction=sent", "codec=zstd-streaming")
-		raw += metricSum(t, g.admin, "soapgw_tunnel_codec_raw_bytes_total", "direction=sent", "codec=zstd-streaming")
-		require.Zero(t, metricSum(t, g.admin, "soapgw_tunnel_codec_fallbacks_total", "reason=too_large"))
-		require.Zero(t, metricSum(t, g.admin, "soapgw_gateway_errors_total"))
+			var payload, raw, received float64
+			for _, g := range []*gateway{edge, origin} {
+				require.Positive(t, metricSum(t, g.admin, metric+"messages_total", "direction=sent", "codec=zstd-streaming"),
+					"%s codes its large messages as they stream", g.admin)
+				payload += metricSum(t, g.admin, metric+"payload_bytes_total", "direction=sent", "codec=zstd-streaming")
+				raw += metricSum(t, g.admin, metric+"raw_bytes_total", "direction=sent", "codec=zstd-streaming")
+				received += metricSum(t, g.admin, metric+"messages_total", "direction=received", "codec=zstd-streaming")
+				require.Zero(t, metricSum(t, g.admin, "soapgw_tunnel_codec_fallbacks_total", "reason=too_large"))
+				require.Zero(t, metricSum(t, g.admin, "soapgw_gateway_errors_total"))
+			}
+			require.Equal(t, float64(3), received)
+			t.Logf("%s: large messages: %.0f raw bytes -> %.0f on the link (%.1f %%)", transport, raw, payload, 100*payload/raw)
+			require.Less(t, payload, raw/8)
+		})
 	}
-	require.Equal(t, float64(3), metricSum(t, origin.admin, "soapgw_tunnel_codec_messages_total", "direction=received", "codec=zstd-streaming")+
-		metricSum(t, edge.admin, "soapgw_tunnel_codec_messages_total", "direction=received", "codec=zstd-streaming"))
-	t.Logf("large messages: %.0f raw bytes -> %.0f on the link (%.1f %%)", raw, payload, 100*payload/raw)
-	require.Less(t, payload, raw/8)
 }

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,7 @@ type conn struct {
 	encPools  [maxCodecID + 1]sync.Pool // stateless encoders
 	decPools  [maxCodecID + 1]sync.Pool // stateless decoders
 	maxCoded  int                       // largest message sent coded: min(ours, peer's)
+	streamOut tunnel.StreamCodec        // codes messages too large or flushed, if the peer decodes it alike
 
 	enc    encLane
 	dec    decLane
@@ -210,6 +212,10 @@ func (c *conn) hello(maxStreams int64) frame.Hello {
 			h.Codecs = append(h.Codecs, mc.ID())
 			h.Formats[fmt.Sprint(mc.ID())] = mc.Format()
 		}
+		if sc := c.cfg.StreamCodec; sc != nil {
+			h.Codecs = append(h.Codecs, sc.ID())
+			h.Formats[fmt.Sprint(sc.ID())] = sc.Format()
+		}
 	}
 	return h
 }
@@ -246,6 +252,9 @@ func (c *conn) readHello(br *bufio.Reader) error {
 		return err
 	}
 	c.maxCoded = min(c.cfg.MaxCodedMessage, int(c.peer.MaxCoded))
+	if sc := c.cfg.StreamCodec; sc != nil && len(c.cfg.Codecs) > 0 && c.peer.FormatOf(sc.ID()) == sc.Format() && slices.Contains(c.peer.Codecs, sc.ID()) {
+		c.streamOut = sc
+	}
 	for _, mc := range c.cfg.Codecs {
 		id := mc.ID()
 		if id > maxCodecID || c.peer.FormatOf(id) != mc.Format() {

@@ -34,6 +34,18 @@ func (r realCodec) NewDecoder(max int) (tunnel.MessageDecoder, error) {
 	return r.c.NewDecoder(codec.Limits{MaxMessage: max})
 }
 
+// realStreamCodec adapts codec.Streaming as cmd/soapgw does.
+type realStreamCodec struct{ s *codec.Streaming }
+
+func (r realStreamCodec) ID() uint8      { return uint8(r.s.ID()) }
+func (r realStreamCodec) Format() uint32 { return r.s.Format() }
+func (r realStreamCodec) NewStreamEncoder(w io.Writer) (tunnel.StreamEncoder, error) {
+	return r.s.NewEncoder(w)
+}
+func (r realStreamCodec) NewStreamDecoder(rd io.Reader) (tunnel.StreamDecoder, error) {
+	return r.s.NewDecoder(rd)
+}
+
 func testCodecs(t testing.TB) []tunnel.MessageCodec {
 	all, err := codec.Set(codec.Options{})
 	require.NoError(t, err)
@@ -99,6 +111,7 @@ type pairOptions struct {
 	copies   bool          // redundancy on the edge
 	instance func() string // the origin's tunnel.Config.Instance
 	insecure bool          // insecure: true on both sides (encrypted, nobody verified)
+	stream   bool          // zstd-streaming on both sides (with codecs)
 	// keepalive is both sides' keepalive interval and timeout (default 2 s); the QUIC
 	// idle timeout is the interval plus max(timeout, 1 s).
 	keepalive time.Duration
@@ -139,6 +152,11 @@ func newPair(t testing.TB, o pairOptions) *pair {
 			enc, _ = codec.NewPolicy("token", 0)
 		}
 		sess.Encoding, esess.Encoding = enc, enc
+		if o.stream {
+			zs, err := codec.NewStreaming(codec.Options{})
+			require.NoError(t, err)
+			sess.StreamCodec, esess.StreamCodec = realStreamCodec{zs}, realStreamCodec{zs}
+		}
 		name := func(id uint8) string { return codec.ID(id).String() }
 		sess.CodecName, esess.CodecName = name, name
 	}

@@ -23,6 +23,8 @@ func TestHeadGolden(t *testing.T) {
 		"sequenced token":           {head{Codec: 4, Mode: modeSequenced, Seq: 7, RawLen: 700, CRC: 0xdeadbeef}, "040107bc05deadbeef"},
 		"fresh token with ack":      {head{Codec: 4, HasAck: true, Ack: 1, Mode: modeFresh, Seq: 1, RawLen: 1, CRC: 1}, "8401020101" + "00000001"},
 		"stateless, 2^40 raw bytes": {head{Codec: 1, RawLen: 1 << 40}, "0100808080808020"},
+		"streamed zstd-streaming":   {head{Codec: 5, Mode: modeStreamed}, "0503"},
+		"streamed with ack":         {head{Codec: 5, HasAck: true, Ack: 2, Mode: modeStreamed}, "850203"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := tc.h.append(nil)
@@ -41,7 +43,7 @@ func TestHeadGolden(t *testing.T) {
 
 func TestParseHeadRejects(t *testing.T) {
 	for name, in := range map[string]string{
-		"mode 3":          "0103",
+		"mode 4":          "0104",
 		"seq 0":           "040100bc05deadbeef",
 		"ack overflow":    "80ffffffffffffffffffff01",
 		"length overflow": "0200ffffffffffffffffffff01",

@@ -62,7 +62,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_udp_handshakes_total", Help: "UDP tunnel connections accepted by the origin after QUIC's TLS handshake, by authentication result.",
 		}, []string{"result"}),
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "soapgw_udp_codec_messages_total", Help: "Messages sent and received over the UDP tunnel, by codec and mode (identity, stateless, sequenced, fresh).",
+			Name: "soapgw_udp_codec_messages_total", Help: "Messages sent and received over the UDP tunnel, by codec and mode (identity, stateless, sequenced, fresh, streamed).",
 		}, []string{"peer", "direction", "codec", "mode"}),
 		raw: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_udp_codec_raw_bytes_total", Help: "Original message bytes sent and received over the UDP tunnel, by codec.",
@@ -160,7 +160,7 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 // unregistered takes the counts of connections not yet named.
 var unregistered = NewMetrics(nil)
 
-var modeNames = [...]string{modeStateless: "stateless", modeSequenced: "sequenced", modeFresh: "fresh"}
+var modeNames = [...]string{modeStateless: "stateless", modeSequenced: "sequenced", modeFresh: "fresh", modeStreamed: "streamed"}
 
 // defaultCodecName names codec ids in labels when the session config has no CodecName.
 func defaultCodecName(id uint8) string {

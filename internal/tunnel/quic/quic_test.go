@@ -99,15 +99,86 @@ func TestUDPLossSafeCache(t *testing.T) {
 	require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
 }
 
+// Messages larger than max_coded stream: coded as they go (zstd-streaming) when both
+// sides have the stream codec, as identity otherwise; byte for byte either way.
 func TestUDPLargeMessagesStream(t *testing.T) {
-	p := newPair(t, pairOptions{codecs: true})
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		codec  string
+	}{
+		{"coded as they stream", true, "zstd-streaming"},
+		{"no stream codec", false, "identity"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, pairOptions{codecs: true, stream: tc.stream})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			big := bytes.Repeat([]byte("<row><id>0123456789</id><name>abcdef</name></row>"), 3<<20/48) // 3 MiB: above max_coded
+			resp, err := p.call(ctx, big)
+			require.NoError(t, err)
+			require.Equal(t, len(big)+5, len(resp))
+			require.True(t, bytes.Equal(resp[5:], big))
+			for _, peer := range []string{"origin", "edge"} {
+				require.Equal(t, float64(1), p.counter(t, "soapgw_udp_codec_messages_total", "peer", peer, "direction", "sent", "codec", tc.codec), "sent by the side whose peer is %s", peer)
+				require.Equal(t, float64(1), p.counter(t, "soapgw_udp_codec_messages_total", "peer", peer, "direction", "received", "codec", tc.codec))
+			}
+			raw := p.counter(t, "soapgw_udp_codec_raw_bytes_total", "peer", "origin", "direction", "sent", "codec", tc.codec)
+			coded := p.counter(t, "soapgw_udp_codec_payload_bytes_total", "peer", "origin", "direction", "sent", "codec", tc.codec)
+			require.Equal(t, float64(len(big)), raw)
+			if tc.stream {
+				require.Less(t, coded, raw/20, "coded on the link")
+			}
+		})
+	}
+}
+
+// A message flushed before its end streams coded, and what was flushed reaches the
+// reader before the message ends, at every flush.
+func TestUDPFlushedMessageStreamsCoded(t *testing.T) {
+	p := newPair(t, pairOptions{codecs: true, stream: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	big := bytes.Repeat([]byte("0123456789abcdef"), 3<<20/16) // 3 MiB: above max_coded, streams as identity
-	resp, err := p.call(ctx, big)
+	next := make(chan struct{})
+	parts := []string{"<a>first part of a slow answer</a>", "<b>second</b>", "<c>third</c>"}
+	p.setHandler(func(_ context.Context, st *Stream) {
+		defer st.Close()
+		if _, err := io.ReadAll(st); err != nil {
+			return
+		}
+		for i, part := range parts {
+			_, _ = st.Write([]byte(part))
+			if i+1 < len(parts) {
+				_ = st.Flush()
+				select {
+				case <-next:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		_ = st.CloseWrite()
+	})
+	st, err := p.peer.OpenStream(ctx)
 	require.NoError(t, err)
-	require.Equal(t, len(big)+5, len(resp))
-	require.True(t, bytes.Equal(resp[5:], big))
+	defer st.Close()
+	_, err = st.Write([]byte("<req/>"))
+	require.NoError(t, err)
+	require.NoError(t, st.CloseWrite())
+	require.NoError(t, st.SetDeadline(time.Now().Add(10*time.Second)))
+	for i, part := range parts {
+		buf := make([]byte, len(part))
+		_, err := io.ReadFull(st, buf)
+		require.NoError(t, err, "part %d", i)
+		require.Equal(t, part, string(buf))
+		if i+1 < len(parts) {
+			next <- struct{}{}
+		}
+	}
+	rest, err := io.ReadAll(st)
+	require.NoError(t, err)
+	require.Empty(t, rest)
+	require.Equal(t, float64(1), p.counter(t, "soapgw_udp_codec_messages_total", "peer", "edge", "direction", "sent", "codec", "zstd-streaming", "mode", "streamed"))
 }
 
 func TestUDPAuthWrongKeyRefused(t *testing.T) {

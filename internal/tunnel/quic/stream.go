@@ -47,17 +47,23 @@ type Stream struct {
 	wmu       sync.Mutex
 	encoding  tunnel.Encoding
 	buf       []byte // the message while it may still be coded
-	streaming bool   // an identity head went out; writes pass through
+	streaming bool   // the message streams: writes pass through (coded by senc if set)
 	wclosed   bool
+	senc      tunnel.StreamEncoder // codes the streaming message (zstd-streaming)
+	sw        streamedSink         // senc's output, into the QUIC stream
+	sraw      int                  // message bytes given to senc
 
 	rmu     sync.Mutex
 	rhead   head
 	hasHead bool
 	rbuf    []byte // decoded message, or identity bytes read along with the head
 	roff    int
-	rdone   bool  // the whole message has been read (EOF seen)
-	rcount  int   // identity bytes read, for metrics
-	rerr    error // sticky read error
+	rdone   bool                 // the whole message has been read (EOF seen)
+	rcount  int                  // identity bytes read, for metrics
+	rerr    error                // sticky read error
+	rdec    tunnel.StreamDecoder // decodes a streamed message as it is read
+	rsrc    *streamedSource      // rdec's input: the QUIC stream after the head
+	rraw    int                  // decoded bytes of a streamed message
 	closed  bool
 	onClose func() // the owner's bookkeeping, once
 
@@ -95,6 +101,9 @@ func (st *Stream) Write(p []byte) (int, error) {
 		return 0, tunnel.ErrWriteClosed
 	}
 	if st.streaming {
+		if st.senc != nil {
+			return st.writeStreamed(p)
+		}
 		n, err := st.qs.Write(p)
 		return n, st.mapErr(err)
 	}
@@ -121,17 +130,34 @@ func (st *Stream) bufferLimit() int {
 	return n
 }
 
-// Flush sends what is buffered now: the message then streams as identity.
+// Flush sends what is buffered now: the message then streams (coded as it goes by the
+// stream codec where both sides have it, else as identity).
 func (st *Stream) Flush() error {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	if st.streaming || st.wclosed {
+	if st.wclosed {
 		return nil
 	}
-	return st.startStreaming(nil)
+	if !st.streaming {
+		if err := st.startStreaming(nil); err != nil {
+			return err
+		}
+	}
+	if st.senc == nil {
+		return nil
+	}
+	if err := st.senc.Flush(); err != nil {
+		return st.encodeErr(err)
+	}
+	return st.sw.flushHead()
 }
 
-// startStreaming sends an identity head with the buffered bytes and p.
+// chooseSample is how much of a message's start the Encoding sees when the message is
+// streamed: enough for its envelope head and the start of its body.
+const chooseSample = 4 << 10
+
+// startStreaming sends the head with the buffered bytes and p: coded by the stream codec
+// if the peer has it and the Encoding codes the message, else as identity.
 func (st *Stream) startStreaming(p []byte) error {
 	if err := st.c.err(); err != nil {
 		st.qs.CancelWrite(codeCancelled)
@@ -140,12 +166,91 @@ func (st *Stream) startStreaming(p []byte) error {
 	if st.server {
 		st.c.releaseCredit()
 	}
+	if sc := st.c.streamOut; sc != nil && st.c.coding(st.encoding) {
+		sample := st.buf
+		if len(sample) < chooseSample {
+			sample = append(sample[:len(sample):len(sample)], p[:min(len(p), chooseSample)]...)
+		}
+		if id := st.encoding.Choose(sample, st.c.peerDecodes); id != 0 && st.c.peerDecodes(id) {
+			st.sw = streamedSink{st: st, head: st.appendHead(make([]byte, 0, maxHeadLen), head{Codec: sc.ID(), Mode: modeStreamed})}
+			enc, err := sc.NewStreamEncoder(&st.sw)
+			if err == nil {
+				st.senc, st.streaming = enc, true
+				buf := st.buf
+				st.buf = nil
+				if _, err := st.writeStreamed(buf); err != nil {
+					return err
+				}
+				_, err := st.writeStreamed(p)
+				return err
+			}
+			st.c.log.Warn("stream codec failed; the message streams uncoded", "peer", st.c.label, "err", err)
+		}
+	}
 	b := st.appendHead(make([]byte, 0, maxHeadLen+len(st.buf)+len(p)), head{})
 	b = append(append(b, st.buf...), p...)
 	st.c.m.message("sent", 0, modeStateless, len(st.buf)+len(p), len(st.buf)+len(p))
 	st.buf, st.streaming = nil, true
 	_, err := st.qs.Write(b)
 	return st.mapErr(err)
+}
+
+// writeStreamed codes p into the streaming message.
+func (st *Stream) writeStreamed(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	st.sraw += len(p)
+	if _, err := st.senc.Write(p); err != nil {
+		return 0, st.encodeErr(err)
+	}
+	return len(p), nil
+}
+
+// encodeErr is the error of a write after the stream encoder failed: the QUIC stream's
+// own (mapped), or the encoder's, which cancels the message (half sent, it cannot be
+// sent again).
+func (st *Stream) encodeErr(err error) error {
+	if st.sw.err != nil {
+		return st.mapErr(st.sw.err)
+	}
+	st.qs.CancelWrite(codeCancelled)
+	return fmt.Errorf("quic tunnel: coding a streamed message: %w", err)
+}
+
+// streamedSink writes a stream encoder's output to the QUIC stream, the message head
+// with the first bytes (one packet, not two).
+type streamedSink struct {
+	st    *Stream
+	head  []byte // not sent yet
+	coded int    // bytes written after the head
+	err   error  // the first write error
+}
+
+func (w *streamedSink) Write(b []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	out := b
+	if w.head != nil {
+		out = append(w.head, b...)
+		w.head = nil
+	}
+	if _, err := w.st.qs.Write(out); err != nil {
+		w.err = err
+		return 0, err
+	}
+	w.coded += len(b)
+	return len(b), nil
+}
+
+// flushHead sends the head if no coded byte carried it yet (a flush of an empty message).
+func (w *streamedSink) flushHead() error {
+	if w.head == nil || w.err != nil {
+		return w.st.mapErr(w.err)
+	}
+	_, err := w.Write(nil)
+	return w.st.mapErr(err)
 }
 
 // appendHead appends h with any acknowledgement due to the peer.
@@ -163,6 +268,18 @@ func (st *Stream) CloseWrite() error {
 	}
 	st.wclosed = true
 	if st.streaming {
+		if st.senc != nil {
+			err := st.senc.Close()
+			if err == nil {
+				err = st.sw.flushHead()
+			}
+			st.senc.Release()
+			st.senc = nil
+			if err != nil {
+				return st.encodeErr(err)
+			}
+			st.c.m.message("sent", st.c.streamOut.ID(), modeStreamed, st.sraw, st.sw.coded)
+		}
 		return st.mapErr(st.qs.Close())
 	}
 	raw := st.buf
@@ -237,6 +354,9 @@ func (st *Stream) Read(p []byte) (int, error) {
 			return 0, err
 		}
 	}
+	if st.rdec != nil {
+		return st.readStreamed(p)
+	}
 	if st.roff < len(st.rbuf) {
 		n := copy(p, st.rbuf[st.roff:])
 		st.roff += n
@@ -302,6 +422,12 @@ func (st *Stream) readMessageHeadLocked() error {
 					return st.mapErr(err)
 				}
 				return nil
+			}
+			if h.streamed() {
+				if err != nil && err != io.EOF {
+					return st.mapErr(err)
+				}
+				return st.startStreamed(h, b[hn:], err == io.EOF)
 			}
 			if h.sequenced() {
 				st.c.heads.note(h.Seq)
@@ -414,6 +540,84 @@ func (st *Stream) deliverCopy(m []byte) error {
 	return st.readCoded(h, m[hn:], true)
 }
 
+// startStreamed sets up the decoding of a streamed message (have holds its first coded
+// bytes), which Read then decodes as it reads.
+func (st *Stream) startStreamed(h head, have []byte, eof bool) error {
+	sc := st.c.cfg.StreamCodec
+	if sc == nil || h.Codec != sc.ID() {
+		st.qs.CancelRead(codeCancelled)
+		st.c.close(closeProtocol, fmt.Sprintf("streamed message in codec %d, not our stream codec", h.Codec))
+		return fmt.Errorf("%w: streamed message in codec %d", ErrBadHead, h.Codec)
+	}
+	st.rsrc = &streamedSource{st: st, have: have, eof: eof}
+	d, err := sc.NewStreamDecoder(st.rsrc)
+	if err != nil {
+		st.qs.CancelRead(codeCancelled)
+		st.qs.CancelWrite(codeCancelled)
+		return &resetError{code: codeCancelled, err: err}
+	}
+	st.rdec = d
+	return nil
+}
+
+// readStreamed decodes a streamed message into p. rmu is held.
+func (st *Stream) readStreamed(p []byte) (int, error) {
+	n, err := st.rdec.Read(p)
+	st.rraw += n
+	switch {
+	case err == nil:
+		return n, nil
+	case err == io.EOF:
+		st.rdone = true
+		st.rdec.Release()
+		st.rdec = nil
+		st.c.m.message("received", st.rhead.Codec, modeStreamed, st.rraw, st.rsrc.n)
+		return n, io.EOF
+	case st.rsrc.err != nil:
+		// The stream's own failure (reset, connection lost), seen by the decoder.
+		st.rerr = st.mapErr(st.rsrc.err)
+	default:
+		// Not one message of the stream codec: half delivered, it cannot be retried.
+		st.c.log.Warn("streamed message could not be decoded; the exchange is reset", "peer", st.c.label, "codec", st.rhead.Codec, "err", err)
+		st.qs.CancelRead(codeCancelled)
+		st.qs.CancelWrite(codeCancelled)
+		st.rerr = &resetError{code: codeCancelled, err: err}
+	}
+	st.rdec = nil
+	return n, st.rerr
+}
+
+// streamedSource is a streamed message's coded bytes for its decoder: what came with
+// the head, then the QUIC stream until FIN.
+type streamedSource struct {
+	st   *Stream
+	have []byte
+	eof  bool
+	n    int   // coded bytes read
+	err  error // the stream's error, other than its end
+}
+
+func (s *streamedSource) Read(p []byte) (int, error) {
+	if len(s.have) > 0 {
+		k := copy(p, s.have)
+		s.have = s.have[k:]
+		s.n += k
+		return k, nil
+	}
+	if s.eof {
+		return 0, io.EOF
+	}
+	k, err := s.st.readQS(p)
+	s.n += k
+	switch {
+	case err == io.EOF:
+		s.eof = true
+	case err != nil:
+		s.err = err
+	}
+	return k, err
+}
+
 // readCoded reads the rest of a coded message (have holds its first bytes) and decodes it.
 func (st *Stream) readCoded(h head, have []byte, eof bool) error {
 	limit := st.c.cfg.MaxCodedMessage + st.c.cfg.MaxCodedMessage/8 + 1024 // coded never grows much
@@ -462,6 +666,10 @@ func (st *Stream) Close() error {
 		st.wclosed = true
 		st.buf = nil
 		st.qs.CancelWrite(codeCancelled)
+	}
+	if st.senc != nil {
+		st.senc.Release() // not closed: dropped, not reused
+		st.senc = nil
 	}
 	st.wmu.Unlock()
 

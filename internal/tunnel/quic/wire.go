@@ -17,6 +17,10 @@ const (
 	modeStateless = 0 // coded on its own: any encoder of the codec decodes it
 	modeSequenced = 1 // coded with the sender's sequenced codec state, next in order
 	modeFresh     = 2 // as sequenced, but from a fresh codec state
+	// modeStreamed: coded as it was written by the stream codec (zstd-streaming), decoded
+	// as it is read; no length, no checksum (QUIC's AEAD protects the bytes, and the
+	// codec keeps no state to fall out of step).
+	modeStreamed = 3
 )
 
 // flagAck marks a message head that carries an acknowledgement.
@@ -33,14 +37,19 @@ type head struct {
 	Codec  uint8  // 0: identity, the message follows as is until the stream ends
 	HasAck bool   // Ack is set
 	Ack    uint64 // the sender has decoded every sequenced message up to this seq
-	Mode   uint8  // for Codec != 0: modeStateless, modeSequenced or modeFresh
+	Mode   uint8  // for Codec != 0: modeStateless, modeSequenced, modeFresh or modeStreamed
 	Seq    uint64 // sequenced modes: position in the sender's sequence (from 1)
 	RawLen uint64 // for Codec != 0: the decoded size
 	CRC    uint32 // sequenced modes: CRC-32C (Castagnoli) of the decoded message
 }
 
 // sequenced reports whether the message is coded with shared, ordered codec state.
-func (h head) sequenced() bool { return h.Codec != 0 && h.Mode != modeStateless }
+func (h head) sequenced() bool {
+	return h.Codec != 0 && (h.Mode == modeSequenced || h.Mode == modeFresh)
+}
+
+// streamed reports whether the message is coded as it streams (no length in the head).
+func (h head) streamed() bool { return h.Codec != 0 && h.Mode == modeStreamed }
 
 // append encodes h (SPEC.md).
 func (h head) append(dst []byte) []byte {
@@ -56,6 +65,9 @@ func (h head) append(dst []byte) []byte {
 		return dst
 	}
 	dst = append(dst, h.Mode)
+	if h.streamed() {
+		return dst
+	}
 	if h.sequenced() {
 		dst = binary.AppendUvarint(dst, h.Seq)
 	}
@@ -108,8 +120,11 @@ func parseHead(b []byte) (head, int, error) {
 	}
 	h.Mode = b[n]
 	n++
-	if h.Mode > modeFresh {
+	if h.Mode > modeStreamed {
 		return h, 0, fmt.Errorf("%w: mode %d", ErrBadHead, h.Mode)
+	}
+	if h.streamed() {
+		return h, n, nil
 	}
 	if h.sequenced() {
 		if h.Seq, err = uvarint("seq"); err != nil {
