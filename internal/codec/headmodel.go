@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -102,12 +103,16 @@ type headModel struct {
 
 	// Scratch of splitHead and decode: the list they return and the bytes of its strings
 	// that are not views of the message or payload.
-	list []string
-	buf  []byte
+	list  []string
+	buf   []byte
+	flags []uint8 // encode's
 
 	// The reference selectRef chose (or, decoding, the payload named) for the list the
 	// model coded last, for commit to learn against without choosing again.
 	chosen choice
+	// By kindSlot: the positions (< 64) where the last head of the kind that changed
+	// any differed from its reference; selectRef looks there first.
+	hot [4]uint64
 }
 
 // choice is the reference chosen for one list, named by its first string's address.
@@ -116,12 +121,19 @@ type choice struct {
 	first *string
 	n     int
 	ref   int
+	flags []uint8 // per position, how it matched the reference (encode), or nil
 }
 
+// How a position of a list matched the reference head (encode's flags).
+const (
+	matchSame = 1 << iota // the reference's value
+	matchPred             // its predicted value
+)
+
 // choose remembers ref as the reference of list.
-func (m *headModel) choose(kind byte, list []string, ref int) {
+func (m *headModel) choose(kind byte, list []string, ref int, flags []uint8) {
 	if len(list) > 0 {
-		m.chosen = choice{kind, &list[0], len(list), ref}
+		m.chosen = choice{kind, &list[0], len(list), ref, flags}
 	}
 }
 
@@ -129,11 +141,11 @@ func (m *headModel) choose(kind byte, list []string, ref int) {
 // list is the one they coded last (the model's state has not changed since: splitHead,
 // decode and commit forget the choice), else selectRef's. A payload from an encoder
 // names the reference its selectRef chose: the decoder learns against the same one.
-func (m *headModel) chosenRef(c choice, kind byte, list []string, fixed int) int {
+func (m *headModel) chosenRef(c choice, kind byte, list []string, fixed int) (int, []uint8) {
 	if len(list) > 0 && c.first == &list[0] && c.n == len(list) && c.kind == kind {
-		return c.ref
+		return c.ref, c.flags
 	}
-	return m.selectRef(kind, list, fixed)
+	return m.selectRef(kind, list, fixed), nil
 }
 
 func newHeadModel() *headModel { return &headModel{} }
@@ -193,8 +205,8 @@ func (r *refHead) predictedAs(list []string, i int) bool {
 
 // matches reports whether position i of list equals the reference's value (same) and
 // whether it equals its predicted value (pred). Credentials never match.
-func (r *refHead) matches(list []string, fixed, i int) (same, pred bool) {
-	if r == nil || i >= len(r.val) || sensitiveAt(list, fixed, i) {
+func (r *refHead) matches(list []string, cred *credentials, i int) (same, pred bool) {
+	if r == nil || i >= len(r.val) || cred.at(list, i) {
 		return false, false
 	}
 	s := list[i]
@@ -231,26 +243,67 @@ func sensitiveAt(list []string, fixed, i int) bool {
 	return i > fixed && (i-fixed)%2 == 1 && sensitiveHeader(list[i-1])
 }
 
+// credentials are the positions of a list that hold credential values (sensitiveAt),
+// looked up once per list.
+type credentials struct {
+	mask  uint64 // bit i: position i, for i < 64
+	fixed int
+}
+
+func credentialsOf(list []string, fixed int) credentials {
+	c := credentials{fixed: fixed}
+	for i := fixed + 1; i < len(list) && i < 64; i += 2 {
+		if sensitiveHeader(list[i-1]) {
+			c.mask |= 1 << i
+		}
+	}
+	return c
+}
+
+// at reports whether position i of list, the list c was made for, is a credential.
+func (c *credentials) at(list []string, i int) bool {
+	if i < 64 {
+		return c.mask>>i&1 != 0
+	}
+	return c.far(list, i)
+}
+
+//go:noinline
+func (c *credentials) far(list []string, i int) bool { return sensitiveAt(list, c.fixed, i) }
+
 // selectRef returns the index of the remembered head of kind that list is estimated to
 // code shortest against (the most recent one of those that tie), or noRef. The encoder
 // codes against it and commit learns from it: both ends choose the same one, as their
 // models and lists are identical.
+//
+// A head's cost is a sum over its positions, and a head stops being a candidate once
+// its sum reaches the best one's, so the order the positions are added in changes
+// nothing but how soon that happens: after the first head, the positions that changed
+// in the last head of the kind (hot) go first.
 func (m *headModel) selectRef(kind byte, list []string, fixed int) int {
 	best, bestCost := noRef, 0
+	cred := credentialsOf(list, fixed)
+	hot := m.hot[kindSlot(kind)]
+	if len(list) < 64 {
+		hot &= 1<<len(list) - 1
+	}
 	for i, r := range m.refs[kindSlot(kind)] {
 		cost := 0
-		for j := 0; j < len(list) && (best == noRef || cost < bestCost); j++ {
-			switch {
-			case j >= len(r.val) || sensitiveAt(list, fixed, j):
-				cost += 2 + len(list[j])
-			case list[j] == r.val[j]:
-			case r.predictedAs(list, j):
-			default:
-				// About what an edit of the differing middle costs; numbers and dates
-				// code in about as much.
-				a, b := r.val[j], list[j]
-				pre := commonPrefix(a, b)
-				cost += 2 + len(b) - pre - commonSuffix(a[pre:], b[pre:])
+		// Equal positions, the most common, are tested inline.
+		if best == noRef || hot == 0 {
+			for j := 0; j < len(list) && (best == noRef || cost < bestCost); j++ {
+				if j >= len(r.val) || list[j] != r.val[j] || cred.at(list, j) {
+					cost += r.cost(list, &cred, j)
+				}
+			}
+		} else {
+			for h := hot; h != 0 && cost < bestCost; h &= h - 1 {
+				cost += r.cost(list, &cred, bits.TrailingZeros64(h))
+			}
+			for j := 0; j < len(list) && cost < bestCost; j++ {
+				if (j >= 64 || hot>>j&1 == 0) && (j >= len(r.val) || list[j] != r.val[j] || cred.at(list, j)) {
+					cost += r.cost(list, &cred, j)
+				}
 			}
 		}
 		if best == noRef || cost < bestCost {
@@ -260,29 +313,51 @@ func (m *headModel) selectRef(kind byte, list []string, fixed int) int {
 	return best
 }
 
+// cost estimates what position j of list costs coded against r.
+func (r *refHead) cost(list []string, cred *credentials, j int) int {
+	switch {
+	case j >= len(r.val) || cred.at(list, j):
+		return 2 + len(list[j])
+	case list[j] == r.val[j], r.predictedAs(list, j):
+		return 0
+	}
+	// About what an edit of the differing middle costs; numbers and dates code in
+	// about as much.
+	a, b := r.val[j], list[j]
+	pre := commonPrefix(a, b)
+	return 2 + len(b) - pre - commonSuffix(a[pre:], b[pre:])
+}
+
 // encode appends the coding of list against the best remembered head of kind and
 // returns the reference it used; the caller applies the update with commit once it
 // keeps the coding.
 func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]byte, int) {
 	best := m.selectRef(kind, list, fixed)
-	m.choose(kind, list, best)
+	cred := credentialsOf(list, fixed)
 	var ref *refHead
 	var refLen int
 	if best != noRef {
 		ref = m.refs[kindSlot(kind)][best]
 		refLen = len(ref.val)
 	}
-	if ref != nil && len(list) == refLen {
-		all := true
-		for i := range list {
-			if _, pred := ref.matches(list, fixed, i); !pred {
-				all = false
-				break
-			}
+	// Each position compared with the reference once: matchSame, matchPred.
+	flags, all := m.flags[:0], ref != nil && len(list) == refLen
+	for i := range list {
+		same, pred := ref.matches(list, &cred, i)
+		f := uint8(0)
+		if same {
+			f |= matchSame
 		}
-		if all {
-			return append(dst, byte(best)|refPredicted), best
+		if pred {
+			f |= matchPred
 		}
+		flags = append(flags, f)
+		all = all && pred
+	}
+	m.flags = flags
+	m.choose(kind, list, best, flags)
+	if all {
+		return append(dst, byte(best)|refPredicted), best
 	}
 	switch {
 	case ref == nil:
@@ -307,11 +382,10 @@ func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]b
 		// A run of positions equal to the reference's or to their predictions: the
 		// longer of the two kinds of run starting here (covering the positions with
 		// the fewest runs; predicted ones on a tie, as they merge with a following op).
-		same, pred := ref.matches(list, fixed, i)
-		if same || pred {
+		if flags[i] != 0 {
 			ns, np := 0, 0
 			for j := i; j < len(list); j++ {
-				s, p := ref.matches(list, fixed, j)
+				s, p := flags[j]&matchSame != 0, flags[j]&matchPred != 0
 				if !s && !p {
 					break
 				}
@@ -343,7 +417,7 @@ func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]b
 		mark := len(dst)
 		s := list[i]
 		switch {
-		case sensitiveAt(list, fixed, i):
+		case cred.at(list, i):
 			dst = appendStr(append(dst, opSensitive), s)
 		case i >= refLen:
 			dst = appendStr(append(dst, opLiteral), s)
@@ -416,10 +490,13 @@ func (m *headModel) commit(kind byte, list []string, fixed int) {
 	stored.val, stored.pred, stored.link = stored.val[:0], nil, nil // empty when too big: coded literally next time
 	if size <= maxStoredHead {
 		var ref *refHead
-		if best := m.chosenRef(chosen, kind, list, fixed); best != noRef {
+		best, flags := m.chosenRef(chosen, kind, list, fixed)
+		if best != noRef {
 			ref = m.refs[kindSlot(kind)][best]
 		}
-		stored.learn(kind, list, fixed, ref, size)
+		if changed := stored.learn(kind, list, fixed, ref, flags, size); changed != 0 {
+			m.hot[kindSlot(kind)] = changed
+		}
 	}
 	// Push in front and forget the oldest. The reference is kept too: interleaved
 	// operations (credit, confirm, reserve...) each keep their own latest head.
@@ -439,9 +516,10 @@ func (m *headModel) commit(kind byte, list []string, fixed int) {
 }
 
 // learn stores a copy of list (of size bytes) in r, with the predictions of its next
-// values learned against ref (nil: none). r is neither ref nor any head list's strings
-// view: its bytes are rewritten.
-func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, size int) {
+// values learned against ref (nil: none), and returns the positions (< 64) where list
+// differs from ref. flags, when not nil, are encode's comparison of list with ref. r is
+// neither ref nor any head list's strings view: its bytes are rewritten.
+func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, flags []uint8, size int) (changed uint64) {
 	n := len(list)
 	if cap(r.val) < n {
 		r.val = make([]string, n)
@@ -455,8 +533,9 @@ func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, size 
 	}
 	r.buf = r.buf[:0]
 	lp := lengthPos(kind)
+	cred := credentialsOf(list, fixed)
 	for i, s := range list {
-		if sensitiveAt(list, fixed, i) {
+		if cred.at(list, i) {
 			r.val[i] = "" // never predicted
 			if r.pred != nil {
 				r.pred[i] = ""
@@ -470,6 +549,10 @@ func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, size 
 		if r.pred != nil {
 			r.pred[i] = s
 		}
+		differs := ref != nil && (i >= len(ref.val) || (flags != nil && flags[i]&matchSame == 0) || (flags == nil && ref.val[i] != s))
+		if differs && i < 64 {
+			changed |= 1 << i
+		}
 		switch {
 		case lp >= 0 && i > fixed && i > lp && (i-fixed)%2 == 1 && s == list[lp] &&
 			strings.EqualFold(list[i-1], "Content-Length"):
@@ -481,7 +564,7 @@ func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, size 
 				clear(r.link)
 			}
 			r.link[i] = uint8(lp + 1)
-		case ref != nil && i < len(ref.val) && ref.val[i] != s:
+		case differs && i < len(ref.val):
 			start := len(r.buf)
 			if buf, ok := appendNextStep(r.buf, ref.val[i], s); ok && size+len(buf)-start <= maxStoredHead {
 				r.buf = buf
@@ -498,6 +581,7 @@ func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, size 
 			}
 		}
 	}
+	return changed
 }
 
 // decode reads a coded list of kind from p, returning the list, the reference index used
@@ -516,7 +600,7 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 		if err := d.addPredicted(len(d.refList)); err != nil {
 			return nil, 0, nil, err
 		}
-		m.choose(kind, d.list, d.ref)
+		m.choose(kind, d.list, d.ref, nil)
 		return d.list, d.ref, d.p, nil
 	}
 	for uint64(len(d.list)) < d.n {
@@ -524,7 +608,7 @@ func (m *headModel) decode(p []byte, kind byte, maxBytes int) (list []string, re
 			return nil, 0, nil, err
 		}
 	}
-	m.choose(kind, d.list, d.ref)
+	m.choose(kind, d.list, d.ref, nil)
 	return d.list, d.ref, d.p, nil
 }
 
@@ -754,24 +838,6 @@ func (d *headDecoder) edit(i int) (string, error) {
 	start := len(d.buf)
 	d.buf = append(append(append(d.buf, r[:pre]...), mid...), r[uint64(len(r))-suf:]...)
 	return view(d.buf, start), nil
-}
-
-func commonPrefix(a, b string) int {
-	n := min(len(a), len(b))
-	i := 0
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
-}
-
-func commonSuffix(a, b string) int {
-	n := min(len(a), len(b))
-	i := 0
-	for i < n && a[len(a)-1-i] == b[len(b)-1-i] {
-		i++
-	}
-	return i
 }
 
 func uvarintLen(v uint64) int {

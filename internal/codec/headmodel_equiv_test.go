@@ -430,3 +430,76 @@ func TestHeadValuesMatchLibrary(t *testing.T) {
 		}
 	}
 }
+
+// commonPrefix and commonSuffix, which compare words, answer as a byte loop does.
+func TestCommonAffixes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	prefix := func(a, b string) int {
+		i := 0
+		for i < len(a) && i < len(b) && a[i] == b[i] {
+			i++
+		}
+		return i
+	}
+	suffix := func(a, b string) int {
+		i := 0
+		for i < len(a) && i < len(b) && a[len(a)-1-i] == b[len(b)-1-i] {
+			i++
+		}
+		return i
+	}
+	for range 20000 {
+		base := make([]byte, rng.IntN(40))
+		for i := range base {
+			base[i] = "ab"[rng.IntN(2)]
+		}
+		a, b := []byte(string(base)), []byte(string(base))
+		for range rng.IntN(3) {
+			if len(a) > 0 {
+				a[rng.IntN(len(a))] = 'c'
+			}
+		}
+		b = b[rng.IntN(len(b)+1):]
+		if rng.IntN(2) == 0 {
+			a = a[:rng.IntN(len(a)+1)]
+		}
+		require.Equal(t, prefix(string(a), string(b)), commonPrefix(string(a), string(b)), "%q %q", a, b)
+		require.Equal(t, suffix(string(a), string(b)), commonSuffix(string(a), string(b)), "%q %q", a, b)
+		require.Equal(t, prefix(string(b), string(a)), commonPrefix(string(b), string(a)), "%q %q", b, a)
+		require.Equal(t, suffix(string(b), string(a)), commonSuffix(string(b), string(a)), "%q %q", b, a)
+	}
+}
+
+// selectRef, which looks at the positions that changed last first and stops early,
+// chooses what a plain scan of every position of every remembered head chooses.
+func TestSelectRefMatchesPlainScan(t *testing.T) {
+	plain := func(m *headModel, kind byte, list []string, fixed int) int {
+		best, bestCost := noRef, 0
+		cred := credentialsOf(list, fixed)
+		for i, r := range m.refs[kindSlot(kind)] {
+			cost := 0
+			for j := range list {
+				cost += r.cost(list, &cred, j)
+			}
+			if best == noRef || cost < bestCost {
+				best, bestCost = i, cost
+			}
+		}
+		return best
+	}
+	heads := append(equivHeads(t), randomHeads(13, 2000)...)
+	m := newHeadModel()
+	chose := map[int]int{}
+	for _, h := range heads {
+		kind, list, fixed, _, ok := m.splitHead(h)
+		if !ok {
+			continue
+		}
+		want := plain(m, kind, list, fixed)
+		require.Equal(t, want, m.selectRef(kind, list, fixed))
+		chose[want]++
+		_, _ = m.encode(nil, kind, list, fixed)
+		m.commit(kind, list, fixed)
+	}
+	require.Greater(t, len(chose), 5, "references chosen: %v", chose)
+}

@@ -182,7 +182,7 @@ func (m *headModel) splitHead(msg []byte) (kind byte, list []string, fixed int, 
 func (m *headModel) scratch() []string {
 	m.chosen = choice{}
 	if cap(m.list) > maxScratchFields {
-		m.list = nil // a hostile or huge head's list is not kept
+		m.list, m.flags = nil, nil // a hostile or huge head's list is not kept
 	}
 	if cap(m.buf) > maxScratchBytes {
 		m.buf = nil

@@ -1,7 +1,9 @@
 package codec
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"strconv"
 	"unsafe"
 )
@@ -27,6 +29,43 @@ func bytesView(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
+}
+
+// stringBytes returns s's bytes, which must not be changed.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// commonPrefix is the length of the longest common prefix of a and b, compared 8 bytes
+// at a time.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	x, y := stringBytes(a)[:n], stringBytes(b)[:n]
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		if d := binary.LittleEndian.Uint64(x[i:]) ^ binary.LittleEndian.Uint64(y[i:]); d != 0 {
+			return i + bits.TrailingZeros64(d)/8
+		}
+	}
+	for i < n && x[i] == y[i] {
+		i++
+	}
+	return i
+}
+
+// commonSuffix is the length of the longest common suffix of a and b, compared 8 bytes
+// at a time.
+func commonSuffix(a, b string) int {
+	n := min(len(a), len(b))
+	x, y := stringBytes(a)[len(a)-n:], stringBytes(b)[len(b)-n:]
+	i := 0 // bytes matched from the end
+	for ; i+8 <= n; i += 8 {
+		if d := binary.BigEndian.Uint64(x[n-i-8:]) ^ binary.BigEndian.Uint64(y[n-i-8:]); d != 0 {
+			return i + bits.TrailingZeros64(d)/8
+		}
+	}
+	for i < n && x[n-1-i] == y[n-1-i] {
+		i++
+	}
+	return i
 }
 
 // canonicalInt parses s when it is the canonical decimal form of an int64: what
@@ -98,21 +137,57 @@ func twoDigits(s string, i int) (int64, bool) {
 	return int64(a)*10 + int64(b), a <= 9 && b <= 9
 }
 
+// name3 packs three bytes of s from i, to look names up with a switch.
+func name3(s string, i int) uint32 { return uint32(s[i])<<16 | uint32(s[i+1])<<8 | uint32(s[i+2]) }
+
+// monthOf returns the month (1-12) named by its abbreviation (case as formatted), or 0.
+func monthOf(name uint32) int64 {
+	switch name {
+	case 'J'<<16 | 'a'<<8 | 'n':
+		return 1
+	case 'F'<<16 | 'e'<<8 | 'b':
+		return 2
+	case 'M'<<16 | 'a'<<8 | 'r':
+		return 3
+	case 'A'<<16 | 'p'<<8 | 'r':
+		return 4
+	case 'M'<<16 | 'a'<<8 | 'y':
+		return 5
+	case 'J'<<16 | 'u'<<8 | 'n':
+		return 6
+	case 'J'<<16 | 'u'<<8 | 'l':
+		return 7
+	case 'A'<<16 | 'u'<<8 | 'g':
+		return 8
+	case 'S'<<16 | 'e'<<8 | 'p':
+		return 9
+	case 'O'<<16 | 'c'<<8 | 't':
+		return 10
+	case 'N'<<16 | 'o'<<8 | 'v':
+		return 11
+	case 'D'<<16 | 'e'<<8 | 'c':
+		return 12
+	}
+	return 0
+}
+
+// dayKeys are dayNames packed as name3 packs them.
+var dayKeys = func() (k [7]uint32) {
+	for i, name := range dayNames {
+		k[i] = name3(name, 0)
+	}
+	return k
+}()
+
 // parseHTTPDate parses s as an HTTP date that formats back to exactly s (what
 // time.Parse(httpDate, s) and Format give back: a year of 4 digits, fields in range,
 // the weekday of the date), in Unix seconds.
 func parseHTTPDate(s string) (int64, bool) {
 	if len(s) != len(httpDate) || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
-		s[19] != ':' || s[22] != ':' || s[25:] != " GMT" {
+		s[19] != ':' || s[22] != ':' || s[25] != ' ' || s[26] != 'G' || s[27] != 'M' || s[28] != 'T' {
 		return 0, false
 	}
-	month := int64(0)
-	for i, name := range monthNames {
-		if s[8:11] == name {
-			month = int64(i + 1)
-			break
-		}
-	}
+	month := monthOf(name3(s, 8))
 	day, ok1 := twoDigits(s, 5)
 	y1, ok2 := twoDigits(s, 12)
 	y2, ok3 := twoDigits(s, 14)
@@ -120,12 +195,12 @@ func parseHTTPDate(s string) (int64, bool) {
 	minute, ok5 := twoDigits(s, 20)
 	sec, ok6 := twoDigits(s, 23)
 	year := y1*100 + y2
-	if month == 0 || !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 ||
+	if month == 0 || !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) ||
 		day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
 		return 0, false
 	}
 	days := daysFromCivil(year, month, day)
-	if s[:3] != dayNames[floorMod(days+4, 7)] { // 1970-01-01 was a Thursday
+	if name3(s, 0) != dayKeys[floorMod(days+4, 7)] { // 1970-01-01 was a Thursday
 		return 0, false
 	}
 	return days*86400 + hour*3600 + minute*60 + sec, true
