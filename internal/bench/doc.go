@@ -20,7 +20,8 @@
 //     by entry count), northwind (seed 002) and charging (seed 003); attachment-200k and
 //     attachment-2m (issue 17, not a seed: binary documents inline as base64 of
 //     pseudo-random bytes, about 200 KB and 2 MB a response, incompressible beyond the
-//     base64) for slow links with large messages.
+//     base64) for slow links with large messages; northwind-3m (issue 19: Northwind
+//     DataSets of 2.2-3.5 MB, above the 1 MiB coded-message limit).
 //   - The client (CallOnce) is a legacy HTTP/1.0 stack: a TCP connection per call, the
 //     whole request in one write, the response read to its end and compared byte for
 //     byte with the generated response. The ReplayServer, in the server site, finds the

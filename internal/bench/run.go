@@ -495,7 +495,7 @@ type plannedScenario struct {
 // slowPriority orders the scenarios for a profile whose default plan does not fit its
 // budget: the paper's main scenario first, the big DataSet and the attachments last.
 var slowPriority = []string{"stress", "deploy", "weather-simple", "charging", "stress-oneway", "fixml-1", "weather-detailed", "fixml-5", "fixml-10", "northwind",
-	"attachment-200k", "attachment-2m"}
+	"attachment-200k", "attachment-2m", "northwind-3m"}
 
 func priority(name string) int {
 	if i := slices.Index(slowPriority, name); i >= 0 {

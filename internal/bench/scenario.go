@@ -113,6 +113,11 @@ func Scenarios() []ScenarioSpec {
 			Description: "ASP.NET GetDocument: 430-byte request, 1.9-2.1 MB response, a binary attachment (PDF, JPEG, TIFF, DOCX) inline as xsd:base64Binary",
 			Path:        documentPath, UserAgent: dotnet20, SOAPAction: getDocumentAction, MaxCalls: 16,
 			ApproxRequest: 430, ApproxResponse: 2_000_000},
+		{Name: "northwind-3m", Family: "northwind-3m", Source: `issue 19, "messages over 1 MiB travel uncoded"`,
+			Description: "ASP.NET getorders returning 4,100-6,500 rows of the Northwind Orders DataSet (2.2-3.5 MB: above codecs.max_coded_message)",
+			Path:        "/NorthwindService/Service.asmx", UserAgent: "Mozilla/4.0 (compatible; MSIE 6.0; MS Web Services Client Protocol 1.1.4322.2032)",
+			SOAPAction: func(Call) string { return `"http://tempuri.org/getorders"` }, MaxCalls: 16,
+			ApproxRequest: 300, ApproxResponse: 2_850_000},
 	}
 }
 

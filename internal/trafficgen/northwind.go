@@ -66,6 +66,19 @@ func northwind(n int, r *rand.Rand) []Message {
 	})
 }
 
+// northwindLarge is northwind with a table of 6,500 orders, each response its first
+// 4,100-6,500 rows: 2.2-3.5 MB, the DataSet-style responses issue 19 measured.
+func northwindLarge(n int, r *rand.Rand) []Message {
+	orders := newOrdersTable(r, 6500)
+	return pairs(n, func(int) (Message, Message) {
+		orders.evolve(r)
+		rows := 4100 + r.IntN(2401) // 4100..6500
+		req := dotnetHead + `<getorders xmlns="http://tempuri.org/" />` + dotnetTail
+		return Message{Name: "getorders", Body: []byte(req)},
+			Message{Name: "getordersResponse", Body: ordersDataSet(orders.rows[:rows])}
+	})
+}
+
 // order is one row of the Orders table.
 type order struct {
 	id, employee, shipVia int
