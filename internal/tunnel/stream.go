@@ -735,26 +735,7 @@ func (st *Stream) receive(fl frame.Flags, codec uint8, p, data []byte, credit in
 
 // Read reads the peer's message. It returns io.EOF after the whole message arrived and
 // its checksum matched, a *ChecksumError if it did not, a *StreamError on reset.
-func (st *Stream) Read(b []byte) (int, error) {
-	// Whether the message is streamed is known at its first frame.
-	for {
-		st.mu.Lock()
-		started, streamed, rerr := st.rstarted, st.streamed, st.rerr
-		st.mu.Unlock()
-		switch {
-		case streamed:
-			return st.readStreamed(b)
-		case started || rerr != nil:
-			return st.readChunks(b)
-		}
-		select {
-		case <-st.rsig:
-			signal(st.rsig) // for readChunks, should the frame have brought data
-		case <-st.readDL.wait():
-			return 0, ErrTimeout
-		}
-	}
-}
+func (st *Stream) Read(b []byte) (int, error) { return st.readChunks(b, false) }
 
 // readStreamed decodes a streamed message into b. The decoder reads the coded bytes
 // through readChunks, so the window is returned to the peer as it consumes them and the
@@ -826,13 +807,18 @@ func (st *Stream) decodeFailed(err error) error {
 // chunkReader reads a streamed message's coded bytes for its decoder.
 type chunkReader struct{ st *Stream }
 
-func (r chunkReader) Read(b []byte) (int, error) { return r.st.readChunks(b) }
+func (r chunkReader) Read(b []byte) (int, error) { return r.st.readChunks(b, true) }
 
-// readChunks reads the message bytes as they arrived: the message itself, or the coded
-// bytes of a streamed message.
-func (st *Stream) readChunks(b []byte) (int, error) {
+// readChunks reads the message bytes as they arrived: the message itself, or with raw
+// the coded bytes of a streamed message (for its decoder). Without raw, a streamed
+// message (known at its first frame) is read decoded, through readStreamed.
+func (st *Stream) readChunks(b []byte, raw bool) (int, error) {
 	for {
 		st.mu.Lock()
+		if st.streamed && !raw {
+			st.mu.Unlock()
+			return st.readStreamed(b)
+		}
 		if len(st.chunks) > 0 {
 			n := 0
 			for n < len(b) && len(st.chunks) > 0 {
