@@ -449,10 +449,8 @@ func (m *headModel) encode(dst []byte, kind byte, list []string, fixed int) ([]b
 
 // appendChange codes s against the reference string r with the cheapest op.
 func appendChange(dst []byte, r, s string) []byte {
-	if a, ok := parseHTTPDate(r); ok {
-		if b, ok := parseHTTPDate(s); ok {
-			return binary.AppendVarint(append(dst, opDate), b-a)
-		}
+	if a, b, rOK, sOK := parseHTTPDates(r, s); rOK && sOK {
+		return binary.AppendVarint(append(dst, opDate), b-a)
 	}
 	if rp, rn, ok := tailNumber(r); ok {
 		if sp, sn, ok := tailNumber(s); ok && rp == sp {
@@ -801,7 +799,7 @@ func (d *headDecoder) delta(op byte, i int) (string, error) {
 			var ok bool
 			// A date outside 4-digit years formats longer: refuse it, as the encoder
 			// could never have produced it.
-			if d.buf, ok = appendHTTPDate(d.buf, a+diff); !ok {
+			if d.buf, ok = appendHTTPDateFrom(d.buf, r, a, a+diff); !ok {
 				return "", corruptHead("date out of range")
 			}
 			return view(d.buf, start), nil

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -416,6 +417,17 @@ func TestHeadValuesMatchLibrary(t *testing.T) {
 			if i%2 == 0 {
 				r = dates[len(dates)-1-i%len(dates)]
 			}
+			if i%5 < 3 { // seconds to a day apart, often the same day
+				u, ok := refParseHTTPDate(r)
+				if ok {
+					s = time.Unix(u+rng.Int64N(200000)-100000, 0).UTC().Format(httpDate)
+				}
+				if i%5 == 0 {
+					b := []byte(s)
+					b[17+rng.IntN(12)] = alphabet[rng.IntN(len(alphabet))]
+					s = string(b)
+				}
+			}
 		default:
 			a := rng.Int64N(1e6)
 			r, s = "id-"+strconv.FormatInt(a, 10), "id-"+strconv.FormatInt(a+rng.Int64N(5)-2, 10)
@@ -502,4 +514,28 @@ func TestSelectRefMatchesPlainScan(t *testing.T) {
 		m.commit(kind, list, fixed)
 	}
 	require.Greater(t, len(chose), 5, "references chosen: %v", chose)
+}
+
+// A date coded as a difference from its reference's rebuilds as time formats it, within
+// the day or across days.
+func TestHeadDateDelta(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for range 5000 {
+		u := minHTTPDate + rng.Int64N(maxHTTPDate-minHTTPDate)
+		r := time.Unix(u, 0).UTC().Format(httpDate)
+		diff := rng.Int64N(200000) - 100000
+		if rng.IntN(4) == 0 {
+			diff = rng.Int64N(1<<41) - 1<<40
+		}
+		d := headDecoder{refList: []string{r}, p: binary.AppendVarint(nil, diff)}
+		got, err := d.delta(opDate, 0)
+		want, wok := refParseHTTPDate(time.Unix(u+diff, 0).UTC().Format(httpDate))
+		if diff <= -1<<40 || diff >= 1<<40 || !wok {
+			require.Error(t, err, "%s %+d", r, diff)
+			continue
+		}
+		require.NoError(t, err, "%s %+d", r, diff)
+		require.Equal(t, time.Unix(u+diff, 0).UTC().Format(httpDate), got)
+		require.Equal(t, want, u+diff)
+	}
 }

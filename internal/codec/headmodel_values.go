@@ -183,27 +183,73 @@ var dayKeys = func() (k [7]uint32) {
 // time.Parse(httpDate, s) and Format give back: a year of 4 digits, fields in range,
 // the weekday of the date), in Unix seconds.
 func parseHTTPDate(s string) (int64, bool) {
-	if len(s) != len(httpDate) || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' ||
-		s[19] != ':' || s[22] != ':' || s[25] != ' ' || s[26] != 'G' || s[27] != 'M' || s[28] != 'T' {
+	if len(s) != len(httpDate) || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' || s[16] != ' ' {
 		return 0, false
 	}
+	clock, ok := clockOf(s)
 	month := monthOf(name3(s, 8))
 	day, ok1 := twoDigits(s, 5)
 	y1, ok2 := twoDigits(s, 12)
 	y2, ok3 := twoDigits(s, 14)
-	hour, ok4 := twoDigits(s, 17)
-	minute, ok5 := twoDigits(s, 20)
-	sec, ok6 := twoDigits(s, 23)
 	year := y1*100 + y2
-	if month == 0 || !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) ||
-		day < 1 || day > daysIn(month, year) || hour > 23 || minute > 59 || sec > 59 {
+	if !ok || month == 0 || !(ok1 && ok2 && ok3) || day < 1 || day > daysIn(month, year) {
 		return 0, false
 	}
 	days := daysFromCivil(year, month, day)
 	if name3(s, 0) != dayKeys[floorMod(days+4, 7)] { // 1970-01-01 was a Thursday
 		return 0, false
 	}
-	return days*86400 + hour*3600 + minute*60 + sec, true
+	return days*86400 + clock, true
+}
+
+// dayPrefix is the length of an HTTP date's day part: "Sun, 22 Nov 2026 ".
+const dayPrefix = len("Mon, 02 Jan 2006 ")
+
+// clockOf parses the time of day of an HTTP date of the right length ("10:03:45 GMT"
+// from dayPrefix on), in seconds.
+func clockOf(s string) (int64, bool) {
+	if s[19] != ':' || s[22] != ':' || s[25] != ' ' || s[26] != 'G' || s[27] != 'M' || s[28] != 'T' {
+		return 0, false
+	}
+	hour, ok1 := twoDigits(s, 17)
+	minute, ok2 := twoDigits(s, 20)
+	sec, ok3 := twoDigits(s, 23)
+	return hour*3600 + minute*60 + sec, ok1 && ok2 && ok3 && hour <= 23 && minute <= 59 && sec <= 59
+}
+
+// parseHTTPDates parses r and, when r is an HTTP date, s (rOK, sOK: as parseHTTPDate
+// would answer). Two dates of the same day, the common case (a Date header that ticks),
+// share the parsing of their day.
+func parseHTTPDates(r, s string) (a, b int64, rOK, sOK bool) {
+	if len(r) == len(httpDate) && len(s) == len(httpDate) && r[:dayPrefix] == s[:dayPrefix] {
+		if b, sOK = parseHTTPDate(s); sOK {
+			// r is s's day at another time: a date when its time is one.
+			rc, rOK := clockOf(r)
+			sc, _ := clockOf(s)
+			return b - sc + rc, b, rOK, rOK
+		}
+	}
+	if a, rOK = parseHTTPDate(r); rOK {
+		b, sOK = parseHTTPDate(s)
+	}
+	return a, b, rOK, sOK
+}
+
+// appendHTTPDateFrom is appendHTTPDate(dst, t) for t near the date s of Unix second u:
+// a t of the same day only rewrites s's time.
+func appendHTTPDateFrom(dst []byte, s string, u, t int64) ([]byte, bool) {
+	day := floorDiv(u, 86400)
+	if floorDiv(t, 86400) != day {
+		return appendHTTPDate(dst, t)
+	}
+	sec := t - day*86400
+	dst = append(dst, s[:dayPrefix]...)
+	dst = appendTwo(dst, sec/3600)
+	dst = append(dst, ':')
+	dst = appendTwo(dst, sec/60%60)
+	dst = append(dst, ':')
+	dst = appendTwo(dst, sec%60)
+	return append(dst, " GMT"...), true
 }
 
 // appendHTTPDate appends the HTTP date of Unix second t; ok is false (dst unchanged) when
@@ -314,9 +360,9 @@ func appendNextStep(dst []byte, r, s string) ([]byte, bool) {
 		}
 		return dst, false
 	}
-	if a, ok := parseHTTPDate(r); ok {
-		if b, ok := parseHTTPDate(s); ok {
-			return appendHTTPDate(dst, b+(b-a))
+	if a, b, rOK, sOK := parseHTTPDates(r, s); rOK {
+		if sOK {
+			return appendHTTPDateFrom(dst, s, b, b+(b-a))
 		}
 		return dst, false
 	}
