@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -94,13 +96,36 @@ func owzRecorded(t *testing.T, record string) []string {
 // first element in the Body). zeep takes each of the edge's 202s with an empty body as
 // success (None); spyne receives every text exactly once, as sent. A request-response
 // operation (echo) through the same pair stays synchronous and returns spyne's answer.
+//
+// The edge learns which operation is one-way either from its configuration (operation:
+// notify) or from spyne's own WSDL, saved to a file (wsdl: FILE).
 func TestOneWayZeepSpyne(t *testing.T) {
 	zpRequireStack(t)
-	t.Parallel()
+	for _, how := range []string{"operation", "wsdl"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			oneWayZeepSpyne(t, how)
+		})
+	}
+}
+
+func oneWayZeepSpyne(t *testing.T, how string) {
 	const calls = 50
 	dir := t.TempDir()
 	record := filepath.Join(dir, "notify.jsonl")
 	serverURL := "http://127.0.0.1:" + owzStartServer(t, record)
+	operations := "      - operation: notify\n"
+	if how == "wsdl" {
+		resp, err := http.Get(serverURL + "/?wsdl")
+		require.NoError(t, err)
+		wsdlDoc, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		file := filepath.Join(dir, "service.wsdl")
+		require.NoError(t, os.WriteFile(file, wsdlDoc, 0o600))
+		operations = "      - wsdl: " + file + "\n"
+	}
 
 	a := newPairAddrs(t)
 	startGateway(t, a.OriginAdmin, originYAML(a, serverURL,
@@ -109,8 +134,7 @@ func TestOneWayZeepSpyne(t *testing.T) {
     spool: %s
     retry_max: 1s
     operations:
-      - operation: notify
-`, filepath.Join(dir, "edge-spool.db"))))
+%s`, filepath.Join(dir, "edge-spool.db"), operations)))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

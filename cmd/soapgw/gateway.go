@@ -293,7 +293,7 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 	}
 	ecfg := proxy.EdgeConfig{Routes: routes, Peers: openers, Limits: lim}
 	if e.OneWay != nil {
-		if ecfg.OneWay, g.spool, err = openOneWay(e.OneWay); err != nil {
+		if ecfg.OneWay, g.spool, err = openOneWay(e.OneWay, g.log); err != nil {
 			return err
 		}
 	}

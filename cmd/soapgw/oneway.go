@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 
 	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/ledger"
@@ -10,14 +11,24 @@ import (
 )
 
 // openOneWay opens the edge's spool and maps edge.one_way onto the proxy's settings.
-func openOneWay(c *config.EdgeOneWay) (*proxy.OneWayConfig, *spool.Spool, error) {
+// Operations given by a WSDL are read from it now and logged.
+func openOneWay(c *config.EdgeOneWay, log *slog.Logger) (*proxy.OneWayConfig, *spool.Spool, error) {
+	ops := make([]proxy.OneWayOperation, 0, len(c.Operations))
+	for i, op := range c.Operations {
+		exp, names, err := op.Expand()
+		if err != nil {
+			return nil, nil, fmt.Errorf("edge.one_way.operations[%d].wsdl: %w", i, err)
+		}
+		if op.WSDL != "" {
+			log.Info("one-way operations read from the WSDL", "wsdl", op.WSDL, "operations", names, "path_prefix", op.PathPrefix)
+		}
+		for _, e := range exp {
+			ops = append(ops, proxy.OneWayOperation{PathPrefix: e.PathPrefix, Action: e.Action, Operation: e.Operation})
+		}
+	}
 	sp, err := spool.Open(c.Spool, spool.Limits{MaxBytes: int64(c.MaxBytes), MaxMessages: c.MaxMessages, MaxDead: c.MaxDeadLetters})
 	if err != nil {
 		return nil, nil, fmt.Errorf("edge.one_way.spool: %w", err)
-	}
-	ops := make([]proxy.OneWayOperation, 0, len(c.Operations))
-	for _, op := range c.Operations {
-		ops = append(ops, proxy.OneWayOperation{PathPrefix: op.PathPrefix, Action: op.Action, Operation: op.Operation})
 	}
 	dead := c.DeadLetters
 	return &proxy.OneWayConfig{

@@ -3,12 +3,15 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/soapgw/soapgw/internal/wsdl"
 )
 
 // CodecNames lists the values accepted by [Peer.Codec], [Route.Codec] and
@@ -229,7 +232,8 @@ type EdgeOneWay struct {
 }
 
 // OneWayOperation marks requests as one-way. At least one of action and
-// operation is set; all that are set must match.
+// operation is set; all that are set must match. Or wsdl names a WSDL whose
+// one-way operations are all marked (Expand).
 type OneWayOperation struct {
 	// PathPrefix limits the match to request targets starting with it.
 	PathPrefix string `yaml:"path_prefix,omitempty"`
@@ -238,6 +242,49 @@ type OneWayOperation struct {
 	Action string `yaml:"action,omitempty"`
 	// Operation is the local name of the first element in the SOAP Body.
 	Operation string `yaml:"operation,omitempty"`
+	// WSDL is a WSDL 1.1 file of the service: each of its one-way operations
+	// (an input and no output) is marked, by the first element of its SOAP
+	// Body (and its SOAPAction where the element alone does not tell it from
+	// another operation). Exclusive with action and operation; read at start.
+	WSDL string `yaml:"wsdl,omitempty"`
+}
+
+// Expand returns the operations o marks: o itself, or with WSDL one per one-way
+// operation of the WSDL (with o's path_prefix), and their WSDL names.
+func (o OneWayOperation) Expand() (ops []OneWayOperation, names []string, err error) {
+	if o.WSDL == "" {
+		return []OneWayOperation{o}, nil, nil
+	}
+	data, err := readLimited(o.WSDL, wsdl.MaxSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	found, err := wsdl.OneWay(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", o.WSDL, err)
+	}
+	for _, f := range found {
+		ops = append(ops, OneWayOperation{PathPrefix: o.PathPrefix, Action: f.Action, Operation: f.BodyElement})
+		names = append(names, f.Name)
+	}
+	return ops, names, nil
+}
+
+// readLimited reads a file of at most max bytes.
+func readLimited(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, max)
+	}
+	return data, nil
 }
 
 func (o *EdgeOneWay) setDefaults() {

@@ -35,6 +35,21 @@ func TestOneWayDefaults(t *testing.T) {
 	require.Equal(t, OriginOneWay{Ledger: "/tmp/ledger.db", Retention: 168 * time.Hour, InDoubt: InDoubtHold, MaxConcurrent: 16}, *c.Origin.OneWay)
 }
 
+// An operation given by a WSDL expands to the WSDL's one-way operations, with its
+// path_prefix.
+func TestOneWayOperationFromWSDL(t *testing.T) {
+	c, err := Parse("edge.yaml", []byte(oneWayEdge+"      - wsdl: ../wsdl/testdata/audit-rpc.wsdl\n        path_prefix: /axis/\n"))
+	require.NoError(t, err)
+	ops, names, err := c.Edge.OneWay.Operations[1].Expand()
+	require.NoError(t, err)
+	require.Equal(t, []OneWayOperation{{PathPrefix: "/axis/", Operation: "Record"}}, ops)
+	require.Equal(t, []string{"Record"}, names)
+	ops, names, err = c.Edge.OneWay.Operations[0].Expand()
+	require.NoError(t, err)
+	require.Equal(t, []OneWayOperation{{Action: "urn:Notify"}}, ops)
+	require.Nil(t, names)
+}
+
 func TestOneWayErrorsNameFileAndLine(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml string
@@ -48,7 +63,10 @@ edge:
   one_way:
     operations: [{action: "urn:Notify"}]
 `, Error{File: "e.yaml", Line: 6, Path: "edge.one_way.spool", Msg: missing}},
-		{"empty operation", oneWayEdge + "      - path_prefix: /x\n", Error{File: "e.yaml", Line: 10, Path: "edge.one_way.operations[1]", Msg: "set action, operation or both"}},
+		{"empty operation", oneWayEdge + "      - path_prefix: /x\n", Error{File: "e.yaml", Line: 10, Path: "edge.one_way.operations[1]", Msg: "set action, operation, both, or wsdl"}},
+		{"wsdl and action", oneWayEdge + "      - wsdl: ../wsdl/testdata/spyne.wsdl\n        action: urn:x\n", Error{File: "e.yaml", Line: 10, Path: "edge.one_way.operations[1].wsdl", Msg: "exclusive with action and operation: the WSDL names its operations"}},
+		{"wsdl missing", oneWayEdge + "      - wsdl: /nonexistent/service.wsdl\n", Error{File: "e.yaml", Line: 10, Path: "edge.one_way.operations[1].wsdl", Msg: "open /nonexistent/service.wsdl: no such file or directory"}},
+		{"wsdl without one-way", oneWayEdge + "      - wsdl: testdata/no-oneway.wsdl\n", Error{File: "e.yaml", Line: 10, Path: "edge.one_way.operations[1].wsdl", Msg: "testdata/no-oneway.wsdl: wsdl: no one-way operation (an input without an output) in a SOAP binding"}},
 		{"accept status", oneWayEdge + "    accept_status: 204\n", Error{File: "e.yaml", Line: 10, Path: "edge.one_way.accept_status", Msg: "must be 202 or 200, got 204"}},
 		{"in_doubt", `node: o1
 origin:

@@ -103,8 +103,16 @@ func (o *EdgeOneWay) validate(errs *errorList) {
 		errs.add(p+".operations", "at least one operation is required")
 	}
 	for i, op := range o.Operations {
-		if op.Action == "" && op.Operation == "" {
-			errs.add(fmt.Sprintf("%s.operations[%d]", p, i), "set action, operation or both")
+		key := fmt.Sprintf("%s.operations[%d]", p, i)
+		switch {
+		case op.WSDL != "" && (op.Action != "" || op.Operation != ""):
+			errs.add(key+".wsdl", "exclusive with action and operation: the WSDL names its operations")
+		case op.WSDL != "":
+			if _, _, err := op.Expand(); err != nil {
+				errs.add(key+".wsdl", "%v", err)
+			}
+		case op.Action == "" && op.Operation == "":
+			errs.add(key, "set action, operation, both, or wsdl")
 		}
 	}
 }
