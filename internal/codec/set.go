@@ -29,12 +29,9 @@ type Options struct {
 	TokenDictionary int
 }
 
-// Set returns every implemented codec configured by o, by id.
-func Set(o Options) ([]Codec, error) {
-	var gopts []GzipOption
-	if o.GzipLevel != 0 {
-		gopts = append(gopts, GzipLevel(o.GzipLevel))
-	}
+// zstdOptions are the options of the zstd codecs that share the dictionary (zstd and
+// zstd-streaming).
+func (o Options) zstdOptions() ([]ZstdOption, error) {
 	var zopts []ZstdOption
 	if o.ZstdLevel != 0 {
 		zopts = append(zopts, ZstdLevel(o.ZstdLevel))
@@ -45,6 +42,19 @@ func Set(o Options) ([]Codec, error) {
 	case "none":
 	default:
 		return nil, fmt.Errorf("codec: zstd dictionary %q: want builtin or none", o.ZstdDictionary)
+	}
+	return zopts, nil
+}
+
+// Set returns every implemented codec configured by o, by id.
+func Set(o Options) ([]Codec, error) {
+	var gopts []GzipOption
+	if o.GzipLevel != 0 {
+		gopts = append(gopts, GzipLevel(o.GzipLevel))
+	}
+	zopts, err := o.zstdOptions()
+	if err != nil {
+		return nil, err
 	}
 	var topts []TokenOption
 	if o.TokenDictionary != 0 {

@@ -42,16 +42,9 @@ type Streaming struct {
 // NewStreaming returns the zstd-streaming codec configured by o (ZstdLevel and
 // ZstdDictionary, as for the zstd codec).
 func NewStreaming(o Options) (*Streaming, error) {
-	var zopts []ZstdOption
-	if o.ZstdLevel != 0 {
-		zopts = append(zopts, ZstdLevel(o.ZstdLevel))
-	}
-	switch o.ZstdDictionary {
-	case "", "builtin":
-		zopts = append(zopts, ZstdDictionary(builtinZstdDict))
-	case "none":
-	default:
-		return nil, fmt.Errorf("codec: zstd dictionary %q: want builtin or none", o.ZstdDictionary)
+	zopts, err := o.zstdOptions()
+	if err != nil {
+		return nil, err
 	}
 	c, err := newZstdConfig(zopts)
 	if err != nil {
