@@ -201,8 +201,8 @@ func TestTokenHeadLearnedFromUncodedHead(t *testing.T) {
 // TokenFormat and set tokenFormatDigest to the digest the failure prints.
 func TestTokenFormatPinned(t *testing.T) {
 	const (
-		pinnedFormat      = 4
-		tokenFormatDigest = "703477e7ba20695e39dc1ce762cdd16a"
+		pinnedFormat      = 5
+		tokenFormatDigest = "9503b15735cc426054f355ca105762dc"
 	)
 	c, err := NewToken()
 	require.NoError(t, err)

@@ -261,10 +261,10 @@ func TestDictionariesStayInSync(t *testing.T) {
 	require.LessOrEqual(t, enc.m.t.size, o.DictBytes)
 	require.Greater(t, enc.m.t.head, firstDyn+1000, "too little was evicted")
 	h := &enc.m.hist
-	require.LessOrEqual(t, len(h.recs), h.recCap)
-	require.LessOrEqual(t, len(h.arena), h.arenaCap)
-	require.Greater(t, h.n, uint64(10*h.recCap), "the match history never wrapped")
-	require.Greater(t, h.pos, uint64(10*h.arenaCap), "the value arena never wrapped")
+	require.LessOrEqual(t, len(h.ring), h.histMax)
+	require.LessOrEqual(t, len(h.arena), h.arenaMax)
+	require.Greater(t, h.pos, uint64(10*h.histCap), "the match history never wrapped")
+	require.Greater(t, h.apos, uint64(10*h.arenaCap), "the value arena never wrapped")
 }
 
 // TestSteadyStateAllocs: after warm-up, encoding and decoding a message

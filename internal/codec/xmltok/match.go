@@ -1,6 +1,9 @@
 package xmltok
 
-import "math/bits"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // The match model predicts from history. Both ends append every markup
 // token and every short value they code to one history stream shared by
@@ -16,51 +19,80 @@ import "math/bits"
 // where the stream went on after it); a value that merely changed keeps
 // the pointer walking, as a changed cell in a repeated row should.
 //
-// Memory is bounded by the dictionary budget: the record ring holds
-// DictBytes/16 records of 16 bytes and the value arena DictBytes bytes,
-// each rounded down to a power of two and grown on demand, so a
-// connection of small messages uses little. Evicting is overwriting the
-// oldest, identically on both ends.
+// Memory grows with what the traffic needs, up to a bound set by the
+// dictionary budget. The history is two rings. The record ring holds one
+// record per token, a few bytes each: a markup token its entry id, a
+// value its length and where its bytes are in the value arena, which
+// holds each value's bytes once (a record of a value the history
+// predicted names the bytes of the record that predicted it). A repeated
+// 426 KB DataSet of 24,000 tokens takes about 85 KB of records and 96 KB
+// of values the first time, 70-90 KB of records and next to no values
+// each time after. Both rings start at 16 KiB and double, keeping what
+// they hold, when one message fills half of one, up to DictBytes/4 for
+// records and DictBytes/8 for values (256 and 128 KiB by default): a
+// connection of small messages keeps 32 KiB of rings (and the 32 KiB
+// resync table), one that carries DataSets 384 KiB, enough to predict a
+// DataSet from any of the three before it. (Records of 16 bytes and a value arena, each sized by
+// the budget and filled by any traffic, were 2 MiB per model at the
+// default budget: most of a connection's codec state, issue 19.)
+// Evicting is overwriting the oldest, identically on both ends.
 
 const (
 	maxMatchVal   = 256 // longest value kept in the history
-	matchHashBits = 15
-	matchLenCap   = 31 // consecutive hits counted, for the confidence contexts
+	matchHashBits = 13
+	matchLenCap   = 31       // consecutive hits counted, for the confidence contexts
+	ringMin       = 16 << 10 // first size of either ring
 )
 
-// histRec is one token of the history: a markup entry id, or a value
-// (id 0) with its context key and where its bytes are in the arena.
+// Record headers: a uvarint whose low two bits are the kind.
+const (
+	recMark = 0 // id << 2: a markup token (id 0: one the dictionary did not take)
+	recVal  = 1 // len << 2 | 1, then the low 32 bits of the bytes' arena position
+	recLong = 2 // a value longer than maxMatchVal: predicts nothing
+)
+
+// histRec is one record of the history, parsed: a markup token (val
+// false) or a value, with its bytes, which alias the arena; end is where
+// the next record starts.
 type histRec struct {
-	id  uint32
-	ctx uint32
-	off uint32 // low 32 bits of the arena position
-	n   uint32
+	id   uint32
+	val  bool
+	long bool
+	off  uint32 // low 32 bits of the arena position of the bytes
+	n    uint32
+	v    []byte // nil if the arena no longer holds them
+	end  uint64
 }
 
 type history struct {
-	recs   []histRec // ring, grown up to recCap
-	recCap int
-	n      uint64 // records ever written
+	ring              []byte // records: a circular buffer of histCap bytes
+	histCap, histMax  int
+	pos, floor, start uint64 // bytes ever written; no record starts below floor; pos when the message began
+	growAt            uint64 // the ring doubles before pos passes this (0: not allocated)
+	n                 uint64 // records ever written
 
-	arena    []byte // ring of value bytes, grown up to arenaCap
-	arenaCap int
-	pos      uint64 // arena bytes ever written (including skips)
+	arena                []byte // value bytes: a ring of arenaCap bytes
+	arenaCap, arenaMax   int
+	apos, afloor, astart uint64
 
-	head []uint32 // hash of (context, value) -> record after it, +1; lazily allocated
+	head []uint32 // hash of (context, value) -> position after it, +1; lazily allocated
 
-	ptr   uint64 // the record predicted next
-	ok    bool   // ptr is set
-	run   int    // predictions confirmed in a row, capped at matchLenCap
-	vmiss int    // values mispredicted in a row
+	ptr   uint64  // where the record predicted next starts
+	ok    bool    // ptr is set
+	cur   histRec // the record next returned
+	run   int     // predictions confirmed in a row, capped at matchLenCap
+	vmiss int     // values mispredicted in a row
 	pMark [matchLenCap/2 + 1]hprob
 }
 
-// init sizes the rings from the dictionary budget, rounded down to powers
-// of two: positions wrap with a mask, where a remainder by a variable
-// was a 64-bit division per token, on both ends.
+// init sets the rings' bounds from the dictionary budget, rounded down
+// to powers of two: positions wrap with a mask, where a remainder by a
+// variable was a 64-bit division per token, on both ends.
 func (h *history) init(dictBytes int) {
-	h.recCap = floorPow2(max(1024, dictBytes/16))
-	h.arenaCap = floorPow2(max(4096, dictBytes))
+	h.histMax = floorPow2(max(4096, dictBytes/4))
+	h.arenaMax = floorPow2(max(4096, dictBytes/8))
+	h.histCap = min(ringMin, h.histMax)
+	h.arenaCap = min(ringMin, h.arenaMax)
 }
 
 func floorPow2(n int) int { return 1 << (bits.Len(uint(n)) - 1) }
@@ -69,60 +101,257 @@ func ctxKey32(prev2, prev uint32) uint32 {
 	return uint32((uint64(prev2)<<32 | uint64(prev)) * 0x9E3779B97F4A7C15 >> 32)
 }
 
+// begin marks the start of a message: the rings grow by what one
+// message writes.
+func (h *history) begin() {
+	h.start, h.astart = h.pos, h.apos
+	if h.ring != nil {
+		h.setGrowAt()
+	}
+}
+
+// setGrowAt sets where the record ring doubles: when the message has
+// written half of it, unless it is at its bound.
+func (h *history) setGrowAt() {
+	h.growAt = ^uint64(0)
+	if h.histCap < h.histMax {
+		h.growAt = h.start + uint64(h.histCap/2)
+	}
+}
+
+// live reports whether a record starting at p is still whole in the
+// ring.
+func (h *history) live(p uint64) bool {
+	return p >= h.floor && p < h.pos && h.pos-p <= uint64(h.histCap)
+}
+
 // next returns the record ptr names, if it is still in the ring.
 func (h *history) next() *histRec {
-	if !h.ok || h.ptr >= h.n || h.n-h.ptr > uint64(len(h.recs)) {
+	if !h.ok || !h.live(h.ptr) {
 		h.ok = false
 		return nil
 	}
-	return &h.recs[h.ptr&uint64(h.recCap-1)]
+	r := &h.cur
+	p := h.ptr
+	mask := uint64(h.histCap - 1)
+	i := p & mask
+	if i+6 > mask {
+		return h.nextSlow()
+	}
+	// The common case, not at the ring's end: a header of one or two
+	// bytes (every markup id below 2^12, every value of the history).
+	rg := h.ring[i : i+6]
+	x := uint32(rg[0])
+	k := uint64(1)
+	if x >= 0x80 {
+		if rg[1] >= 0x80 {
+			return h.nextSlow()
+		}
+		x = x&0x7f | uint32(rg[1])<<7
+		k = 2
+	}
+	switch x & 3 {
+	case recMark:
+		r.id, r.val, r.end = x>>2, false, p+k
+	case recVal:
+		off := binary.LittleEndian.Uint32(rg[k:])
+		r.val, r.long, r.n, r.off, r.end = true, false, x>>2, off, p+k+4
+		r.v = h.value(off, x>>2)
+	default:
+		r.val, r.long, r.end = true, true, p+k
+	}
+	return r
 }
 
-// value returns the bytes of value record r, nil if the arena has
-// overwritten them.
-func (h *history) value(r *histRec) []byte {
-	back := uint64(uint32(h.pos) - r.off) // how far back it starts
-	if back > uint64(h.arenaCap) || uint64(r.n) > back {
+// nextSlow reads a record byte by byte: one that wraps around the end
+// of the ring, or a markup id of 2^12 or more.
+func (h *history) nextSlow() *histRec {
+	mask := uint64(h.histCap - 1)
+	p := h.ptr
+	var x uint64
+	for s := uint(0); s < 64; s += 7 {
+		b := h.ring[p&mask]
+		p++
+		x |= uint64(b&0x7f) << s
+		if b < 0x80 {
+			break
+		}
+	}
+	r := &h.cur
+	switch x & 3 {
+	case recMark:
+		*r = histRec{id: uint32(x >> 2), end: p}
+	case recVal:
+		var off uint32
+		for k := range uint64(4) {
+			off |= uint32(h.ring[(p+k)&mask]) << (8 * k)
+		}
+		n := uint32(x >> 2)
+		*r = histRec{val: true, n: n, off: off, v: h.value(off, n), end: p + 4}
+	default:
+		*r = histRec{val: true, long: true, end: p}
+	}
+	return r
+}
+
+// addMark writes the record of a markup token.
+func (h *history) addMark(id uint32) {
+	x := id << 2
+	if x >= 1<<14 {
+		h.add(uint64(x), 0)
+		return
+	}
+	l := uint64(1)
+	if x >= 0x80 {
+		l = 2
+	}
+	if h.pos+l > h.growAt {
+		h.growRing()
+	}
+	i := h.pos & uint64(h.histCap-1)
+	if i+2 > uint64(h.histCap) {
+		h.write(uint64(x), 0)
+		return
+	}
+	if l == 1 {
+		h.ring[i] = byte(x)
+	} else {
+		h.ring[i], h.ring[i+1] = byte(x)|0x80, byte(x>>7)
+	}
+	h.pos += l
+	h.n++
+}
+
+// addVal writes the record of a value of n bytes (at most maxMatchVal)
+// at arena offset off.
+func (h *history) addVal(n, off uint32) {
+	x := n<<2 | recVal
+	l := uint64(5)
+	if x >= 0x80 {
+		l = 6
+	}
+	if h.pos+l > h.growAt {
+		h.growRing()
+	}
+	i := h.pos & uint64(h.histCap-1)
+	if i+6 > uint64(h.histCap) {
+		h.write(uint64(x), off)
+		return
+	}
+	rg := h.ring[i : i+6]
+	if l == 5 {
+		rg[0] = byte(x)
+	} else {
+		rg[0], rg[1] = byte(x)|0x80, byte(x>>7)
+	}
+	binary.LittleEndian.PutUint32(rg[l-4:], off)
+	h.pos += l
+	h.n++
+}
+
+// add writes any record: header x, then for a value the low 32 bits of
+// its bytes' arena position.
+func (h *history) add(x uint64, off uint32) {
+	l := uint64(uvarintLen(x))
+	if x&3 == recVal {
+		l += 4
+	}
+	if h.pos+l > h.growAt {
+		h.growRing()
+	}
+	h.write(x, off)
+}
+
+func uvarintLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// write writes a record byte by byte, wrapping around the ring's end.
+func (h *history) write(x uint64, off uint32) {
+	var rec [binary.MaxVarintLen64 + 4]byte
+	l := binary.PutUvarint(rec[:], x)
+	if x&3 == recVal {
+		binary.LittleEndian.PutUint32(rec[l:], off)
+		l += 4
+	}
+	mask := uint64(h.histCap - 1)
+	for k := range l {
+		h.ring[(h.pos+uint64(k))&mask] = rec[k]
+	}
+	h.pos += uint64(l)
+	h.n++
+}
+
+// growRing allocates the record ring, or doubles it.
+func (h *history) growRing() {
+	if h.ring == nil {
+		h.ring = make([]byte, h.histCap)
+	} else {
+		h.ring, h.floor = regrow(h.ring, h.pos, h.floor)
+		h.histCap = len(h.ring)
+	}
+	h.setGrowAt()
+}
+
+// regrow returns a ring twice the size of r holding the same bytes at
+// the same positions (mod its size), with the position below which the
+// new ring holds nothing.
+func regrow(r []byte, pos, floor uint64) ([]byte, uint64) {
+	g := make([]byte, 2*len(r))
+	oldMask, newMask := uint64(len(r)-1), uint64(len(g)-1)
+	lo := max(floor, pos-min(pos, uint64(len(r))))
+	for p := lo; p < pos; {
+		// Copy runs that wrap in neither ring.
+		i, j := p&oldMask, p&newMask
+		k := min(pos-p, uint64(len(r))-i, uint64(len(g))-j)
+		copy(g[j:j+k], r[i:i+k])
+		p += k
+	}
+	return g, lo
+}
+
+// value returns the n bytes at arena offset off, nil if the arena no
+// longer holds them.
+func (h *history) value(off, n uint32) []byte {
+	back := uint64(uint32(h.apos) - off) // how far back it starts
+	if back > uint64(h.arenaCap) || uint64(n) > back || h.apos-back < h.afloor {
 		return nil
 	}
-	i := (h.pos - back) & uint64(h.arenaCap-1)
-	return h.arena[i : i+uint64(r.n)]
-}
-
-func (h *history) add(r histRec) {
-	if len(h.recs) < h.recCap {
-		h.recs = append(h.recs, r)
-	} else {
-		h.recs[h.n&uint64(h.recCap-1)] = r
+	i := (h.apos - back) & uint64(h.arenaCap-1)
+	if i+uint64(n) > uint64(len(h.arena)) {
+		return nil
 	}
-	h.n++
+	return h.arena[i : i+uint64(n)]
 }
 
 // store copies v into the arena and returns its offset.
 func (h *history) store(v []byte) uint64 {
-	i := h.pos & uint64(h.arenaCap-1)
+	if h.apos+uint64(len(v))-h.astart > uint64(h.arenaCap/2) && h.arenaCap < h.arenaMax || h.arena == nil {
+		h.growArena()
+	}
+	i := h.apos & uint64(h.arenaCap-1)
 	if i+uint64(len(v)) > uint64(h.arenaCap) {
 		// Values do not wrap: skip to the start of the ring.
-		h.pos += uint64(h.arenaCap) - i
+		h.apos += uint64(h.arenaCap) - i
 		i = 0
 	}
-	if end := int(i) + len(v); end > len(h.arena) {
-		if end > cap(h.arena) {
-			a := make([]byte, end, min(h.arenaCap, max(2*cap(h.arena), end, 4096)))
-			copy(a, h.arena)
-			h.arena = a
-		}
-		h.arena = h.arena[:end]
-	}
 	copy(h.arena[i:], v)
-	off := h.pos
-	h.pos += uint64(len(v))
+	off := h.apos
+	h.apos += uint64(len(v))
 	return off
+}
+
+// growArena allocates the value arena, or doubles it.
+func (h *history) growArena() {
+	if h.arena == nil {
+		h.arena = make([]byte, h.arenaCap)
+		return
+	}
+	h.arena, h.afloor = regrow(h.arena, h.apos, h.afloor)
+	h.arenaCap = len(h.arena)
 }
 
 // hit moves the pointer on after a confirmed prediction.
 func (h *history) hit() {
-	h.ptr++
+	h.ptr = h.cur.end
 	h.run = min(h.run+1, matchLenCap)
 }
 
@@ -137,7 +366,7 @@ func (h *history) valueHit() {
 }
 
 func (h *history) valueMiss() {
-	h.ptr++
+	h.ptr = h.cur.end
 	h.run = 0
 	if h.vmiss++; h.vmiss >= 2 {
 		h.ok = false
@@ -170,7 +399,7 @@ func (h *history) markConfidence() (*hprob, int32) {
 // recordMark appends the markup token just coded (m.prev; 0 for a token
 // the dictionary did not take, which never predicts).
 func (m *model) recordMark() {
-	m.hist.add(histRec{id: m.prev})
+	m.hist.addMark(m.prev)
 }
 
 // recordValue appends value v of context ctx, and resynchronises the
@@ -178,43 +407,38 @@ func (m *model) recordMark() {
 func (m *model) recordValue(ctx uint32, v []byte) {
 	h := &m.hist
 	if len(v) > maxMatchVal {
-		h.add(histRec{ctx: ctx, n: ^uint32(0)})
+		h.add(recLong, 0)
 		return
 	}
 	slot := h.slot(ctx, v)
 	if !h.ok {
 		if at := h.head[slot]; at != 0 {
-			// head holds the low 32 bits of the record index after the
-			// earlier occurrence; rebuild it near n.
-			cand := h.n&^0xFFFFFFFF | uint64(at-1)
-			if cand > h.n {
+			// head holds the low 32 bits of the position after the
+			// earlier occurrence; rebuild it near pos.
+			cand := h.pos&^0xFFFFFFFF | uint64(at-1)
+			if cand > h.pos {
 				cand -= 1 << 32
 			}
-			if cand < h.n && h.n-cand <= uint64(len(h.recs)) {
+			if h.live(cand) {
 				h.ptr, h.ok, h.run = cand, true, 0
 			}
 		}
 	}
-	h.add(histRec{ctx: ctx, off: uint32(h.store(v)), n: uint32(len(v))})
-	h.head[slot] = uint32(h.n) + 1
-	if h.ok && h.ptr == h.n {
-		// The earlier occurrence was the record just written: nothing to
-		// predict yet.
-		h.ok = false
-	}
+	h.addVal(uint32(len(v)), uint32(h.store(v)))
+	h.head[slot] = uint32(h.pos) + 1
 }
 
 // recordHit appends value v of context ctx that the history predicted:
 // the new record names the bytes of the record that predicted it, r,
-// instead of copying them, so a repeated DataSet streams through the
-// arena once, not once per repetition. The bytes stay valid as long as
-// r's did (value checks how far back they are), and the new record
-// is evicted from the ring long before its offset, 32 bits, could wrap.
-func (m *model) recordHit(ctx uint32, v []byte, r histRec) {
+// instead of copying them, so a repeated DataSet goes through the arena
+// once, not once per repetition. The bytes stay valid as long as r's
+// did (value checks how far back they are), and the new record is
+// evicted from the ring long before its offset, 32 bits, could wrap.
+func (m *model) recordHit(ctx uint32, v []byte, r *histRec) {
 	h := &m.hist
 	slot := h.slot(ctx, v)
-	h.add(histRec{ctx: ctx, off: r.off, n: r.n})
-	h.head[slot] = uint32(h.n) + 1
+	h.addVal(r.n, r.off)
+	h.head[slot] = uint32(h.pos) + 1
 }
 
 // slot is the resynchronisation table slot of value v in context ctx.
@@ -244,7 +468,7 @@ func (m *model) matchMark(st uint8) (uint32, *entry) {
 	if r == nil {
 		return 0, nil
 	}
-	if r.id == 0 || !m.t.alive(r.id) {
+	if r.val || r.id == 0 || !m.t.alive(r.id) {
 		m.hist.ok = false
 		return 0, nil
 	}
@@ -257,21 +481,17 @@ func (m *model) matchMark(st uint8) (uint32, *entry) {
 }
 
 // matchValue returns the value the history predicts in context ctx, if
-// any, and its record.
-func (m *model) matchValue(ctx uint32) ([]byte, histRec) {
+// any. The bytes alias the ring: use them before the next record.
+func (m *model) matchValue(ctx uint32) ([]byte, *histRec) {
 	r := m.hist.next()
 	if r == nil {
-		return nil, histRec{}
+		return nil, nil
 	}
-	if r.id != 0 || r.ctx != ctx || r.n > maxMatchVal {
+	if !r.val || r.long || r.v == nil {
 		m.hist.ok = false
-		return nil, histRec{}
+		return nil, nil
 	}
-	v := m.hist.value(r)
-	if v == nil {
-		m.hist.ok = false
-	}
-	return v, *r
+	return r.v, r
 }
 
 func (m *model) encMark(c *coder, b []byte, pos int, st uint8) (int, uint8) {

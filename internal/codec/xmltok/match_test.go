@@ -43,17 +43,19 @@ func TestMatchRepeatedDataSet(t *testing.T) {
 }
 
 // TestMatchHistoryBounded: with a dictionary budget far below one
-// DataSet, the history rings wrap inside every message; messages still
-// round-trip, the ends stay in step, and memory stays within the budget,
-// whose ring sizes are rounded down to powers of two (wrapping is a mask).
+// DataSet, the history rings grow to their bounds and wrap inside every
+// message; messages still round-trip, the ends stay in step, and memory
+// stays within the budget, whose ring sizes are rounded down to powers of
+// two (wrapping is a mask).
 func TestMatchHistoryBounded(t *testing.T) {
 	rs := northwindResponses(t, 2)
 	for _, tc := range []struct {
-		dictBytes        int
-		recCap, arenaCap int
+		dictBytes         int
+		histMax, arenaMax int
 	}{
-		{16 << 10, 1024, 16 << 10},
-		{40<<10 + 5, 2048, 32 << 10}, // 2560 records and 40 KiB, rounded down
+		{16 << 10, 4 << 10, 4 << 10},
+		{40<<10 + 5, 8 << 10, 4 << 10}, // 10 KiB and 5 KiB, rounded down
+		{1 << 20, 256 << 10, 128 << 10},
 	} {
 		p := newPair(Options{DictBytes: tc.dictBytes})
 		for range 2 {
@@ -62,13 +64,56 @@ func TestMatchHistoryBounded(t *testing.T) {
 			}
 		}
 		for _, h := range []*history{&p.enc.m.hist, &p.dec.m.hist} {
-			require.Equal(t, tc.recCap, h.recCap)
-			require.Equal(t, tc.arenaCap, h.arenaCap)
-			require.LessOrEqual(t, len(h.recs), h.recCap)
-			require.LessOrEqual(t, cap(h.arena), h.arenaCap)
-			require.Greater(t, h.n, uint64(4*h.recCap))
+			require.Equal(t, tc.histMax, h.histMax)
+			require.Equal(t, tc.arenaMax, h.arenaMax)
+			require.Equal(t, h.histMax, h.histCap, "a DataSet grows the record ring to its bound")
+			require.Equal(t, h.arenaMax, h.arenaCap, "a DataSet grows the value arena to its bound")
+			require.Len(t, h.ring, h.histCap)
+			require.Len(t, h.arena, h.arenaCap)
+			if tc.dictBytes < 1<<20 {
+				require.Greater(t, h.pos, uint64(4*h.histCap))
+			}
 		}
 	}
+}
+
+// TestMatchHistorySmall: a connection of small messages keeps the
+// history rings at their first size, however long it runs.
+func TestMatchHistorySmall(t *testing.T) {
+	for _, fam := range []string{"stress", "wsa", "fixml"} {
+		msgs := byDir(trafficgen.Family(fam, 2000, trafficgen.DefaultSeed))[trafficgen.Request]
+		p := newPair(Options{})
+		for range 3 {
+			for _, m := range msgs {
+				p.roundTrip(t, m)
+			}
+		}
+		for _, h := range []*history{&p.enc.m.hist, &p.dec.m.hist} {
+			require.Equal(t, ringMin, h.histCap, fam)
+			require.Equal(t, ringMin, h.arenaCap, fam)
+			require.Greater(t, h.pos, uint64(4*h.histCap), "%s: the record ring never wrapped", fam)
+		}
+	}
+}
+
+// TestRegrow: a grown ring holds every byte of the old ring's window at
+// the same position, and nothing below it.
+func TestRegrow(t *testing.T) {
+	for _, pos := range []uint64{0, 5, 16, 21, 40, 1<<32 + 3} {
+		r := make([]byte, 16)
+		for p := pos - min(pos, 16); p < pos; p++ {
+			r[p&15] = byte(p)
+		}
+		g, lo := regrow(r, pos, 0)
+		require.Len(t, g, 32)
+		require.Equal(t, pos-min(pos, 16), lo)
+		for p := lo; p < pos; p++ {
+			require.Equal(t, byte(p), g[p&31], "pos %d, byte %d", pos, p)
+		}
+	}
+	// A floor above the window's start stays.
+	_, lo := regrow(make([]byte, 16), 40, 30)
+	require.Equal(t, uint64(30), lo)
 }
 
 // TestMatchResyncAfterInsert: a row inserted in the middle of a repeated

@@ -10,7 +10,7 @@ import (
 
 const (
 	nSucc       = 4    // successors remembered per markup token
-	nMP         = 4096 // markup decision contexts (hashed by previous token)
+	nMP         = 1024 // markup decision contexts (hashed by previous token; 4096 coded the corpus alike)
 	nCtx        = 1024 // value contexts (hashed by the two previous tokens)
 	ringN       = 32   // recent distinct values per value context
 	maxLast     = 512  // longest value remembered as a context's last value
@@ -37,7 +37,7 @@ type vctx struct {
 	pSameUnit                                             [4]prob    // the unit is the base's last one
 	lastUnit                                              [4]uint8
 	idx                                                   [ringN]prob
-	d                                                     [4]numModel // per delta base
+	d                                                     [4]*numModel // per delta base, allocated on first use
 	ln                                                    numModel
 
 	prose *proseState // the slots of a prose field (prose.go)
@@ -55,7 +55,7 @@ type assocEnt struct {
 }
 
 const (
-	nAssoc    = 64
+	nAssoc    = 16 // 64 coded the corpus within 0.2% and held 3 KiB per context
 	maxAssoc  = 64
 	baseCtx   = 0 // delta from the context's last value
 	baseTime  = 1 // delta from the last time value seen anywhere
@@ -68,9 +68,23 @@ type markProbs struct {
 	ref  prob
 }
 
+// pieceModel is the order-1 model of literal bytes. Its rows are
+// allocated on first use: literals follow a few dozen distinct bytes, and
+// all 256 rows were 128 KiB per model (per-connection state, issue 19).
+// A missing row stands for a row of zero probabilities, so allocating
+// one changes no coding.
 type pieceModel struct {
 	flag [256]prob
-	lit  [256][256]prob
+	lit  [256]*[256]prob
+}
+
+func (pm *pieceModel) row(prev byte) *[256]prob {
+	r := pm.lit[prev]
+	if r == nil {
+		r = new([256]prob)
+		pm.lit[prev] = r
+	}
+	return r
 }
 
 // model is the state both ends keep for one direction. Encoder and
@@ -128,10 +142,10 @@ type model struct {
 
 func newModel(o Options) *model {
 	if o.DictBytes <= 0 {
-		o.DictBytes = 1 << 20
+		o.DictBytes = DefaultDictBytes
 	}
 	m := &model{}
-	m.t.init(o.DictBytes)
+	m.t.init(max(o.DictBytes/4, 1024))
 	m.hist.init(o.DictBytes)
 	m.h = 0x736f617067770001 ^ uint64(o.DictBytes)
 	return m
@@ -188,6 +202,7 @@ func (m *model) fail(format string, args ...any) {
 }
 
 func (m *model) begin() {
+	m.hist.begin()
 	m.prev, m.prev2 = 0, 0
 	m.sens, m.attrSens = false, false
 	m.lastRing = -1
@@ -308,7 +323,7 @@ func grow(dst []byte, n, limit int) []byte {
 // ---- markup ------------------------------------------------------------
 
 func (m *model) mprobs(id uint32) *markProbs {
-	return &m.mp[(id*0x9E3779B1)>>(32-12)&(nMP-1)]
+	return &m.mp[(id*0x9E3779B1)>>(32-10)&(nMP-1)]
 }
 
 // useMark makes id the current markup token: it becomes the first
@@ -468,7 +483,7 @@ func (m *model) codePieces(c *coder, pm *pieceModel, s []byte, n int) {
 			continue
 		}
 		c.bit(&pm.flag[prev], 0)
-		c.byte1(&pm.lit[prev], s[i])
+		c.byte1(pm.row(prev), s[i])
 		prev = s[i]
 		i++
 	}
@@ -493,7 +508,7 @@ func (m *model) decPieces(c *coder, pm *pieceModel, dst []byte, n, limit int) []
 			prev = s[len(s)-1]
 			continue
 		}
-		prev = c.byte1(&pm.lit[prev], 0)
+		prev = c.byte1(pm.row(prev), 0)
 		dst = append(dst, prev)
 	}
 	return dst
@@ -726,7 +741,10 @@ func (m *model) codeDelta(c *coder, x *vctx, b int, bs shape, d int64, u int) in
 		m.fail("bad delta unit %d", u)
 		return 0
 	}
-	q := c.num(&x.d[b], zigzag(d/us[u]))
+	if x.d[b] == nil {
+		x.d[b] = new(numModel)
+	}
+	q := c.num(x.d[b], zigzag(d/us[u]))
 	return unzigzag(q) * us[u]
 }
 

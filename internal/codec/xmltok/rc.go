@@ -292,9 +292,15 @@ func (c *coder) byte1(p *[256]prob, v byte) byte {
 // tree takes six decisions whatever the length, where a unary length
 // took n+1: random prices and ids of 10 to 20 bits code and cost
 // in half the steps.
+//
+// The rows of top are allocated on first use: a context's numbers have a
+// few lengths, and a model with every row was 896 bytes where one with
+// the rows it uses is about 300 (per-connection state, issue 19). A
+// missing row stands for a row of zero probabilities, so allocating one
+// changes no coding.
 type numModel struct {
 	ln  [64]prob
-	top [12][32]prob
+	top [12]*[32]prob
 }
 
 // numTop is how many bits below the leading one numModel models.
@@ -312,7 +318,14 @@ func (c *coder) numLen(ln *[64]prob, n int) int {
 
 func (c *coder) num(m *numModel, v uint64) uint64 {
 	nn := c.numLen(&m.ln, bits.Len64(v))
-	return c.numRest(m.top[min(nn, len(m.top)-1)][:], numTop, nn, v)
+	if nn <= 1 {
+		return uint64(nn) // no bits below the leading one
+	}
+	i := min(nn, len(m.top)-1)
+	if m.top[i] == nil {
+		m.top[i] = new([32]prob)
+	}
+	return c.numRest(m.top[i][:], numTop, nn, v)
 }
 
 // numRest codes the bits of v below its leading one, given its bit
