@@ -78,15 +78,15 @@ var _ [refIndex + 1 - headRefs]struct{}
 // sensitiveHeader reports whether a header's value is a credential (HPACK's never-indexed
 // fields): such values never enter the model.
 func sensitiveHeader(name string) bool {
-	switch len(name) {
-	case len("Authorization"), len("Proxy-Authorization"), len("Cookie"), len("Set-Cookie"):
-	default:
-		return false
-	}
-	switch {
-	case strings.EqualFold(name, "Authorization"), strings.EqualFold(name, "Proxy-Authorization"),
-		strings.EqualFold(name, "Cookie"), strings.EqualFold(name, "Set-Cookie"):
-		return true
+	switch len(name) { // each name has a length of its own
+	case len("Authorization"):
+		return strings.EqualFold(name, "Authorization")
+	case len("Proxy-Authorization"):
+		return strings.EqualFold(name, "Proxy-Authorization")
+	case len("Cookie"):
+		return strings.EqualFold(name, "Cookie")
+	case len("Set-Cookie"):
+		return strings.EqualFold(name, "Set-Cookie")
 	}
 	return false
 }
@@ -553,7 +553,7 @@ func (r *refHead) learn(kind byte, list []string, fixed int, ref *refHead, flags
 		}
 		switch {
 		case lp >= 0 && i > fixed && i > lp && (i-fixed)%2 == 1 && s == list[lp] &&
-			strings.EqualFold(list[i-1], "Content-Length"):
+			(list[i-1] == "Content-Length" || strings.EqualFold(list[i-1], "Content-Length")):
 			if r.link == nil {
 				if cap(r.linkStore) < n {
 					r.linkStore = make([]uint8, n)

@@ -539,3 +539,15 @@ func TestHeadDateDelta(t *testing.T) {
 		require.Equal(t, want, u+diff)
 	}
 }
+
+// sensitiveHeader names the credential headers in any casing, and nothing else.
+func TestSensitiveHeader(t *testing.T) {
+	for _, name := range []string{"Authorization", "authorization", "AUTHORIZATION", "Proxy-Authorization",
+		"proxy-authorization", "Cookie", "cookie", "COOKIE", "Set-Cookie", "set-cookie"} {
+		require.True(t, sensitiveHeader(name), name)
+	}
+	for _, name := range []string{"", "Authorizatio", "Authorizations", "Proxy-Authorizatio", "Cookies", "Cooki",
+		"Set-Cookie2", "SOAPAction", "Set-Cookiz", "Content-Type", "Host", "X-Cookie"} {
+		require.False(t, sensitiveHeader(name), name)
+	}
+}
