@@ -34,8 +34,10 @@ import (
 // headRefs is how many heads per kind both ends remember.
 const headRefs = 8
 
-// maxStoredHead caps the size of a head kept as a reference: a huge head is coded once
-// and forgotten, so the model's memory stays below kinds × headRefs × maxStoredHead.
+// maxStoredHead caps the size of a head kept as a reference (its values and predictions):
+// a huge head is coded once and forgotten, so the model's memory stays below kinds ×
+// (headRefs+1) × 2·maxStoredHead (a remembered head's buffer, reused, may have room for
+// twice what it holds), plus the scratch of one head (maxScratchBytes).
 const maxStoredHead = 16 << 10
 
 // maxHeadFields bounds the strings of one head a decoder accepts (a head of 64 KiB holds
