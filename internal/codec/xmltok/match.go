@@ -127,20 +127,20 @@ func (h *history) live(p uint64) bool {
 
 // next returns the record ptr names, if it is still in the ring.
 func (h *history) next() *histRec {
-	if !h.ok || !h.live(h.ptr) {
+	p := h.ptr
+	// live(p), with one comparison for p < pos && pos-p <= histCap.
+	if !h.ok || p < h.floor || h.pos-p-1 >= uint64(h.histCap) {
 		h.ok = false
 		return nil
 	}
 	r := &h.cur
-	p := h.ptr
-	mask := uint64(h.histCap - 1)
-	i := p & mask
-	if i+6 > mask {
+	i := p & uint64(h.histCap-1)
+	if i+6 > uint64(len(h.ring)) {
 		return h.nextSlow()
 	}
 	// The common case, not at the ring's end: a header of one or two
 	// bytes (every markup id below 2^12, every value of the history).
-	rg := h.ring[i : i+6]
+	rg := h.ring[i : i+6 : i+6]
 	x := uint32(rg[0])
 	k := uint64(1)
 	if x >= 0x80 {
@@ -150,16 +150,17 @@ func (h *history) next() *histRec {
 		x = x&0x7f | uint32(rg[1])<<7
 		k = 2
 	}
-	switch x & 3 {
-	case recMark:
+	if x&3 == recMark {
 		r.id, r.val, r.end = x>>2, false, p+k
-	case recVal:
-		off := binary.LittleEndian.Uint32(rg[k:])
+		return r
+	}
+	if x&3 == recVal {
+		off := uint32(rg[k]) | uint32(rg[k+1])<<8 | uint32(rg[k+2])<<16 | uint32(rg[k+3])<<24
 		r.val, r.long, r.n, r.off, r.end = true, false, x>>2, off, p+k+4
 		r.v = h.value(off, x>>2)
-	default:
-		r.val, r.long, r.end = true, true, p+k
+		return r
 	}
+	r.val, r.long, r.end = true, true, p+k
 	return r
 }
 
