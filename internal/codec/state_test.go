@@ -17,7 +17,8 @@ var tokenStateExceptions = map[string]int{
 	// The match history keeps a 256 KiB record ring and a 128 KiB value arena per end
 	// here (they grow only for messages this large), which a 430 KB DataSet needs to be
 	// predicted from any of the three before it; with half of either, these responses
-	// code 1.6-4.4 times larger (docs/codecs.md, "State per connection").
+	// code 1.7 (records) and 4.5 (values) times larger (docs/codecs.md, "State per
+	// connection").
 	"northwind-response": 1408 << 10,
 }
 
