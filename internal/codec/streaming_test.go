@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/stretchr/testify/require"
@@ -208,4 +210,46 @@ func BenchmarkStreaming(b *testing.B) {
 			d.Release()
 		}
 	})
+}
+
+// At most MaxStreamingEncoders encoders are in use at once: past them NewEncoder says
+// ErrStreamingBusy (the tunnel sends the message uncoded). A released encoder gives its
+// slot back at once, an abandoned one when it is collected.
+func TestStreamingEncodersBounded(t *testing.T) {
+	s := newTestStreaming(t)
+	var encs []*StreamEncoder
+	for range MaxStreamingEncoders {
+		e, err := s.NewEncoder(io.Discard)
+		require.NoError(t, err)
+		encs = append(encs, e)
+	}
+	_, err := s.NewEncoder(io.Discard)
+	require.ErrorIs(t, err, ErrStreamingBusy)
+
+	require.NoError(t, encs[0].Close())
+	encs[0].Release()
+	encs[0].Release() // twice is harmless: one slot back
+	e, err := s.NewEncoder(io.Discard)
+	require.NoError(t, err, "a released encoder's slot is free again")
+	_, err = s.NewEncoder(io.Discard)
+	require.ErrorIs(t, err, ErrStreamingBusy, "Release gave back one slot, not two")
+	e.Release() // never closed: dropped, its slot back
+
+	encs = encs[1:] // abandon one without Release
+	encs[len(encs)-1] = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		runtime.GC()
+		if e, err := s.NewEncoder(io.Discard); err == nil {
+			e.Release()
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "an abandoned encoder's slot never came back")
+		runtime.Gosched() // cleanups run on their own goroutine
+	}
+	for _, e := range encs {
+		if e != nil {
+			e.Release()
+		}
+	}
 }

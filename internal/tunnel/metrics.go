@@ -50,10 +50,11 @@ const (
 	fbWindow
 	fbRetentionFull
 	fbEncodeError
+	fbStreamBusy
 	numFallbacks
 )
 
-var fallbackNames = [numFallbacks]string{"too_large", "flushed", "window", "retention_full", "encode_error"}
+var fallbackNames = [numFallbacks]string{"too_large", "flushed", "window", "retention_full", "encode_error", "stream_busy"}
 
 // Resync reasons: why the receiver rejected a coded message (and sent CODEC_NACK).
 const (

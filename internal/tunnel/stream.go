@@ -406,7 +406,8 @@ func (st *Stream) startStreamingLocked(start []byte) bool {
 	}
 	enc, err := sc.NewStreamEncoder(streamSink{st})
 	if err != nil {
-		st.s.m.fallbacks[fbEncodeError].Inc()
+		// Every encoder in use (the stream codec bounds its memory): uncoded this time.
+		st.s.m.fallbacks[fbStreamBusy].Inc()
 		return false
 	}
 	st.senc, st.scodec = enc, sc.ID()

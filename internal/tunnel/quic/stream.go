@@ -184,7 +184,8 @@ func (st *Stream) startStreaming(p []byte) error {
 				_, err := st.writeStreamed(p)
 				return err
 			}
-			st.c.log.Warn("stream codec failed; the message streams uncoded", "peer", st.c.label, "err", err)
+			// Every encoder in use (the stream codec bounds its memory): uncoded this time.
+			st.c.log.Debug("no stream encoder; the message streams uncoded", "peer", st.c.label, "err", err)
 		}
 	}
 	b := st.appendHead(make([]byte, 0, maxHeadLen+len(st.buf)+len(p)), head{})
