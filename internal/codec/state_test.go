@@ -33,8 +33,8 @@ var tokenStateExceptions = map[string]int{
 //
 //	go test -run TestTokenStatePerConnection -v ./internal/codec/
 func TestTokenStatePerConnection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("codes the corpus 24 times over")
+	if testing.Short() || raceEnabled {
+		t.Skip("codes the corpus 24 times over (2 minutes under the race detector)")
 	}
 	c, err := NewToken()
 	if err != nil {
