@@ -441,23 +441,29 @@ func (p *Peer) addExtraSession() {
 func (p *Peer) runExtraSession() {
 	defer p.wg.Done()
 	s, err := p.connect()
-	p.mu.Lock()
-	p.extraDialing = false
 	if err != nil {
+		p.mu.Lock()
+		p.extraDialing = false
 		p.extraNotBefore = time.Now().Add(extraDialRetry)
-	} else {
-		p.extra[s] = true
-	}
-	p.mu.Unlock()
-	if err != nil {
+		p.mu.Unlock()
 		p.m.dial(p.cfg.Name, false)
 		p.log.Warn("extra tunnel connection failed", "err", err)
 		p.setSessions(func(ss []*Session) []*Session { return ss }, nil) // waiters look again
 		return
 	}
+	p.mu.Lock()
+	p.extra[s] = true
+	p.mu.Unlock()
 	p.m.dialExtra(p.cfg.Name)
-	p.log.Info("tunnel connection added: every connection was at the origin's stream limit", "connections", len(p.sessionsSnapshot())+1, "max_connections", p.cfg.MaxConnections)
 	p.add(s)
+	// Only now that s is counted in sessions may another extra be considered: cleared
+	// before, a second dial could start while the count still lacked s, one connection
+	// past MaxConnections (seen under load by e2e TestStreamLimitBackpressure).
+	p.mu.Lock()
+	p.extraDialing = false
+	n := len(p.sessions)
+	p.mu.Unlock()
+	p.log.Info("tunnel connection added: every connection was at the origin's stream limit", "connections", n, "max_connections", p.cfg.MaxConnections)
 	defer func() {
 		p.mu.Lock()
 		delete(p.extra, s)
