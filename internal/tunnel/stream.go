@@ -439,6 +439,10 @@ func (st *Stream) writeStreamedLocked(p []byte) (int, error) {
 // that made it fail (werr), or the encoder's own, which resets the stream (a message
 // half sent cannot be sent again). st.mu is held.
 func (st *Stream) encodeErrLocked(err error) error {
+	// The message ends here either way: give the encoder back now (this is the writer's
+	// goroutine, the only one that touches it), not when it is collected.
+	st.senc.Release()
+	st.senc = nil
 	if st.werr != nil {
 		return st.werr
 	}

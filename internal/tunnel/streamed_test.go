@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +25,11 @@ import (
 // it is written and keeps nothing across messages. flip, when set, corrupts the decoded
 // bytes (a checksum the decoder cannot see); garbage makes the decoder fail outright.
 type flateCodec struct {
-	format  uint32
-	flip    bool
-	garbage bool
+	format   uint32
+	flip     bool
+	garbage  bool
+	failAt   int           // the encoder fails once this many bytes were written (0: never)
+	released *atomic.Int32 // counts encoders released, if set
 }
 
 const flateID uint8 = 8
@@ -34,12 +38,12 @@ func (flateCodec) ID() uint8 { return flateID }
 
 func (c flateCodec) Format() uint32 { return max(c.format, 1) }
 
-func (flateCodec) NewStreamEncoder(w io.Writer) (StreamEncoder, error) {
+func (c flateCodec) NewStreamEncoder(w io.Writer) (StreamEncoder, error) {
 	fw, err := flate.NewWriter(w, flate.BestSpeed)
 	if err != nil {
 		return nil, err
 	}
-	return flateEncoder{fw}, nil
+	return &flateEncoder{Writer: fw, failAt: c.failAt, released: c.released}, nil
 }
 
 func (c flateCodec) NewStreamDecoder(r io.Reader) (StreamDecoder, error) {
@@ -49,9 +53,27 @@ func (c flateCodec) NewStreamDecoder(r io.Reader) (StreamDecoder, error) {
 	return &flateDecoder{r: flate.NewReader(r), flip: c.flip}, nil
 }
 
-type flateEncoder struct{ *flate.Writer }
+type flateEncoder struct {
+	*flate.Writer
+	failAt, n int
+	released  *atomic.Int32
+}
 
-func (flateEncoder) Release() {}
+var errEncoderBroke = errors.New("toy encoder broke")
+
+func (e *flateEncoder) Write(p []byte) (int, error) {
+	e.n += len(p)
+	if e.failAt > 0 && e.n >= e.failAt {
+		return 0, errEncoderBroke
+	}
+	return e.Writer.Write(p)
+}
+
+func (e *flateEncoder) Release() {
+	if e.released != nil {
+		e.released.Add(1)
+	}
+}
 
 type flateDecoder struct {
 	r    io.ReadCloser
@@ -363,4 +385,49 @@ func TestStreamedMessageMemoryBounded(t *testing.T) {
 	growth := int64(peak) - int64(base)
 	t.Logf("%d MiB streamed; live heap at most %.1f MiB above the start", sent>>20, float64(growth)/(1<<20))
 	require.Less(t, growth, int64(6<<20), "memory must not grow with the message (its coded size is larger than that too)")
+}
+
+// An encoder that fails mid-message ends that message: the write fails, every later one
+// with the same error, the peer's stream is reset (never a truncated message taken for
+// whole), the encoder is released at once, and the connection goes on.
+func TestStreamedEncoderFailure(t *testing.T) {
+	var released atomic.Int32
+	c, s := sessionPair(t, tcpPair, streamedConfig("edge", 64<<10, flateCodec{failAt: 300 << 10, released: &released}), streamedConfig("origin", 64<<10, flateCodec{}))
+	errs := make(chan error, 1)
+	go func() {
+		st, err := s.AcceptStream(context.Background())
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer st.Close()
+		_, err = io.ReadAll(st)
+		errs <- err
+	}()
+	st, err := c.OpenStream(context.Background())
+	require.NoError(t, err)
+	defer st.Close()
+	// Incompressible, so that coded frames are out before the encoder breaks: the peer
+	// has the start of the message when it must learn that there is no end.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var werr error
+	for i := 0; i < 20 && werr == nil; i++ {
+		chunk := make([]byte, 32<<10)
+		for j := range chunk {
+			chunk[j] = byte(rng.Uint32())
+		}
+		_, werr = st.Write(chunk)
+	}
+	require.ErrorIs(t, werr, errEncoderBroke)
+	_, err = st.Write([]byte("more"))
+	require.ErrorIs(t, err, errEncoderBroke, "later writes fail alike")
+	require.ErrorIs(t, st.CloseWrite(), errEncoderBroke)
+	require.Equal(t, int32(1), released.Load(), "the encoder was released")
+	var se *StreamError
+	require.ErrorAs(t, <-errs, &se, "the receiver sees a reset, not the end of a message")
+
+	echoServer(t, s)
+	got, _, err := exchangeCoded(context.Background(), c, testMsg(1000, 5))
+	require.NoError(t, err)
+	require.Equal(t, append([]byte("re:"), testMsg(1000, 5)...), got)
 }

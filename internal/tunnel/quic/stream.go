@@ -49,6 +49,7 @@ type Stream struct {
 	buf       []byte // the message while it may still be coded
 	streaming bool   // the message streams: writes pass through (coded by senc if set)
 	wclosed   bool
+	werr      error                // a streamed message's encoder failed: every later write fails with it
 	senc      tunnel.StreamEncoder // codes the streaming message (zstd-streaming)
 	sw        streamedSink         // senc's output, into the QUIC stream
 	sraw      int                  // message bytes given to senc
@@ -97,6 +98,9 @@ func (st *Stream) SetEncoding(e tunnel.Encoding) {
 func (st *Stream) Write(p []byte) (int, error) {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
+	if st.werr != nil {
+		return 0, st.werr
+	}
 	if st.wclosed {
 		return 0, tunnel.ErrWriteClosed
 	}
@@ -135,6 +139,9 @@ func (st *Stream) bufferLimit() int {
 func (st *Stream) Flush() error {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
+	if st.werr != nil {
+		return st.werr
+	}
 	if st.wclosed {
 		return nil
 	}
@@ -212,11 +219,17 @@ func (st *Stream) writeStreamed(p []byte) (int, error) {
 // own (mapped), or the encoder's, which cancels the message (half sent, it cannot be
 // sent again).
 func (st *Stream) encodeErr(err error) error {
-	if st.sw.err != nil {
-		return st.mapErr(st.sw.err)
+	if st.senc != nil { // the message ends here: the encoder goes back now
+		st.senc.Release()
+		st.senc = nil
 	}
-	st.qs.CancelWrite(codeCancelled)
-	return fmt.Errorf("quic tunnel: coding a streamed message: %w", err)
+	if st.sw.err != nil {
+		st.werr = st.mapErr(st.sw.err)
+	} else {
+		st.qs.CancelWrite(codeCancelled)
+		st.werr = fmt.Errorf("quic tunnel: coding a streamed message: %w", err)
+	}
+	return st.werr
 }
 
 // streamedSink writes a stream encoder's output to the QUIC stream, the message head
@@ -264,6 +277,9 @@ func (st *Stream) appendHead(dst []byte, h head) []byte {
 func (st *Stream) CloseWrite() error {
 	st.wmu.Lock()
 	defer st.wmu.Unlock()
+	if st.werr != nil {
+		return st.werr
+	}
 	if st.wclosed {
 		return nil
 	}
