@@ -50,7 +50,7 @@ func kindBits(kind byte) byte {
 // alike. Any change to them must change it (TestTokenFormatPinned fails until it does),
 // so that gateways of different releases fall back to another codec instead of sending
 // each other payloads that fail their checksums.
-const TokenFormat = 5
+const TokenFormat = 6
 
 // DefaultTokenDict is the token dictionary budget per connection direction.
 const DefaultTokenDict = xmltok.DefaultDictBytes

@@ -425,21 +425,98 @@ func (m *model) recordValue(ctx uint32, v []byte) {
 			}
 		}
 	}
-	h.addVal(uint32(len(v)), uint32(h.store(v)))
+	var off uint32
+	if h.keeps() {
+		off = h.place(slot, v)
+	} else {
+		off = uint32(h.store(v))
+	}
+	h.addVal(uint32(len(v)), off)
 	h.head[slot] = uint32(h.pos) + 1
 }
+
+// keeps reports whether the arena keeps the bytes its records go on
+// naming (recordHit, place): once the connection's messages have grown
+// it past its first size, as DataSets do. A connection of small
+// messages does without, as the format did before (TokenFormat 5): for
+// it a value the arena lost is cheap to code again, and the lookups
+// would cost it about 1 % of its instructions for nothing.
+func (h *history) keeps() bool { return h.arenaCap > ringMin }
 
 // recordHit appends value v of context ctx that the history predicted:
 // the new record names the bytes of the record that predicted it, r,
 // instead of copying them, so a repeated DataSet goes through the arena
-// once, not once per repetition. The bytes stay valid as long as r's
-// did (value checks how far back they are), and the new record is
-// evicted from the ring long before its offset, 32 bits, could wrap.
+// once, not once per repetition. The new record is evicted from the
+// ring long before its offset, 32 bits, could wrap.
+//
+// If the arena keeps, bytes in its older half are placed anew (a copy
+// at the arena's head, or a younger copy of the same value): the arena
+// is overwritten oldest first, and bytes that every DataSet's records
+// go on naming would otherwise be overwritten under them once new
+// values have filled it. Each record naming lost bytes was then coded
+// by the models and stored again, which overwrote the next oldest: a
+// 128 KiB arena under a 60-100 KB table never settled again (issue 19:
+// 766 bytes per Northwind response over 200 responses, 106 with this).
+// A value still named is copied forward before it is lost, for free on
+// the wire; one no record has named for half the arena's writes ages
+// out.
 func (m *model) recordHit(ctx uint32, v []byte, r *histRec) {
 	h := &m.hist
 	slot := h.slot(ctx, v)
-	h.addVal(r.n, r.off)
+	off := r.off
+	if h.keeps() && uint32(h.apos)-off > uint32(h.arenaCap/2) {
+		off = h.place(slot, v)
+	}
+	h.addVal(r.n, off)
 	h.head[slot] = uint32(h.pos) + 1
+}
+
+// place returns the arena offset of v for a new record in resync slot
+// slot: that of the slot's latest record if it names the same bytes in
+// the younger half of the arena, else that of a new copy. A value that
+// repeats in its context (a customer's name on each of its orders) is
+// so copied forward once, not once per record that names it.
+func (h *history) place(slot uint32, v []byte) uint32 {
+	if off, ok := h.latest(slot, v); ok {
+		return off
+	}
+	return uint32(h.store(v))
+}
+
+// latest returns the arena offset named by the value record that ends
+// where resync slot slot points, if that record is whole in the ring,
+// is of len(v) bytes, and names bytes equal to v in the younger half of
+// the arena.
+func (h *history) latest(slot uint32, v []byte) (uint32, bool) {
+	at := h.head[slot]
+	if at == 0 {
+		return 0, false
+	}
+	p := h.pos&^0xFFFFFFFF | uint64(at-1)
+	if p > h.pos {
+		p -= 1 << 32
+	}
+	x := uint64(len(v))<<2 | recVal
+	l := uint64(uvarintLen(x)) + 4
+	if p < l || !h.live(p-l) {
+		return 0, false
+	}
+	mask := uint64(h.histCap - 1)
+	var rec [6]byte
+	for k := range l {
+		rec[k] = h.ring[(p-l+k)&mask]
+	}
+	if y, n := binary.Uvarint(rec[:l-4]); y != x || uint64(n) != l-4 {
+		return 0, false
+	}
+	off := binary.LittleEndian.Uint32(rec[l-4:])
+	if uint32(h.apos)-off > uint32(h.arenaCap/2) {
+		return 0, false
+	}
+	if b := h.value(off, uint32(len(v))); b == nil || string(b) != string(v) {
+		return 0, false
+	}
+	return off, true
 }
 
 // slot is the resynchronisation table slot of value v in context ctx.
