@@ -3,6 +3,7 @@ module github.com/soapgw/soapgw
 go 1.26.8
 
 require (
+	github.com/andybalholm/brotli v1.3.0
 	github.com/klauspost/compress v1.20.3
 	github.com/prometheus/client_golang v1.25.0
 	github.com/quic-go/quic-go v0.65.0
