@@ -92,6 +92,23 @@ func (d *flateDecoder) Read(p []byte) (int, error) {
 
 func (d *flateDecoder) Release() { _ = d.r.Close() }
 
+// readOneMessage accepts one stream on s and reads its message whole; the channel gets
+// how the read ended (nil: the whole message, checksum verified).
+func readOneMessage(s *Session) <-chan error {
+	errs := make(chan error, 1)
+	go func() {
+		st, err := s.AcceptStream(context.Background())
+		if err != nil {
+			errs <- err
+			return
+		}
+		defer st.Close()
+		_, err = io.ReadAll(st)
+		errs <- err
+	}()
+	return errs
+}
+
 // streamedConfig is codecConfig with the flate stream codec.
 func streamedConfig(node string, maxCoded int, sc StreamCodec) *Config {
 	cfg := codecConfig(node, maxCoded)
@@ -247,17 +264,7 @@ func TestStreamedDecodeFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, s := sessionPair(t, tcpPair, streamedConfig("edge", 64<<10, flateCodec{}), streamedConfig("origin", 64<<10, tc.codec))
-			errs := make(chan error, 1)
-			go func() {
-				st, err := s.AcceptStream(context.Background())
-				if err != nil {
-					errs <- err
-					return
-				}
-				defer st.Close()
-				_, err = io.ReadAll(st)
-				errs <- err
-			}()
+			errs := readOneMessage(s)
 			st, err := c.OpenStream(context.Background())
 			require.NoError(t, err)
 			_, err = st.Write(testMsg(200<<10, 4))
@@ -393,17 +400,7 @@ func TestStreamedMessageMemoryBounded(t *testing.T) {
 func TestStreamedEncoderFailure(t *testing.T) {
 	var released atomic.Int32
 	c, s := sessionPair(t, tcpPair, streamedConfig("edge", 64<<10, flateCodec{failAt: 300 << 10, released: &released}), streamedConfig("origin", 64<<10, flateCodec{}))
-	errs := make(chan error, 1)
-	go func() {
-		st, err := s.AcceptStream(context.Background())
-		if err != nil {
-			errs <- err
-			return
-		}
-		defer st.Close()
-		_, err = io.ReadAll(st)
-		errs <- err
-	}()
+	errs := readOneMessage(s)
 	st, err := c.OpenStream(context.Background())
 	require.NoError(t, err)
 	defer st.Close()
