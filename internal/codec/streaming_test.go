@@ -2,8 +2,10 @@ package codec
 
 import (
 	"bytes"
+	"encoding/base64"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"testing"
@@ -111,6 +113,17 @@ func TestStreamingRoundTrip(t *testing.T) {
 	coded := streamEncode(t, s, big, 32<<10, 0)
 	t.Logf("3 MB DataSet: %d bytes coded (%.1f%%)", len(coded), 100*float64(len(coded))/float64(len(big)))
 	require.Less(t, len(coded), len(big)/8, "a large XML message is compressed")
+
+	// A binary attachment inline as base64 (6 bits of 8 carry information).
+	bin := make([]byte, 1<<20)
+	rng := rand.New(rand.NewPCG(1, 1))
+	for i := range bin {
+		bin[i] = byte(rng.Uint32())
+	}
+	b64 := []byte("<Document>" + base64.StdEncoding.EncodeToString(bin) + "</Document>")
+	coded = streamEncode(t, s, b64, 32<<10, 0)
+	t.Logf("1 MB of base64: %d bytes coded (%.1f%%)", len(coded), 100*float64(len(coded))/float64(len(b64)))
+	require.Less(t, len(coded), len(b64)*80/100, "base64 is entropy-coded")
 }
 
 // A decoder refuses what is not one zstd-streaming message, and a frame whose window is
