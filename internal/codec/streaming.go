@@ -89,11 +89,7 @@ func (s *Streaming) NewEncoder(w io.Writer) (*StreamEncoder, error) {
 		var err error
 		opts := append(s.c.encoderOptions(),
 			zstd.WithWindowSize(StreamingWindow),
-			zstd.WithLowerEncoderMem(true),
-			// Entropy-code literals even in blocks without matches: a base64 attachment
-			// (binary inline as xsd:base64Binary, common in SOAP) then shrinks to 75 %
-			// instead of going raw; XML and binary data are coded as before.
-			zstd.WithAllLitEntropyCompression(true))
+			zstd.WithLowerEncoderMem(true))
 		if e, err = zstd.NewWriter(w, opts...); err != nil {
 			<-s.slots
 			return nil, fmt.Errorf("codec: zstd-streaming encoder: %w", err)
