@@ -23,15 +23,8 @@ func benchFamilies(b *testing.B) []benchFamily {
 	// The generated traffic of internal/trafficgen (the committed corpus's generator, a longer
 	// run): one family per direction, in wire order, as one connection direction sees it.
 	for _, name := range trafficgen.Families {
-		n := 2000
-		switch name {
-		case "northwind":
-			n = 20
-		case "edge":
-			n = trafficgen.DefaultN(name) - 1 // without the 2 MB array of doubles
-		}
 		byDir := map[string][][]byte{}
-		for _, m := range trafficgen.Family(name, n, trafficgen.DefaultSeed) {
+		for _, m := range trafficgen.Family(name, familyRun(name), trafficgen.DefaultSeed) {
 			byDir[m.Dir] = append(byDir[m.Dir], m.Body)
 		}
 		for _, dir := range []string{trafficgen.Request, trafficgen.Response} {
@@ -81,19 +74,36 @@ func BenchmarkCodecs(b *testing.B) {
 	}
 }
 
+// familyRun is how many messages of a trafficgen family the benchmarks and the state
+// test code: a long run, but 20 of the large Northwind DataSets, and every edge case but
+// the 2 MB array of doubles.
+func familyRun(name string) int {
+	switch name {
+	case "northwind":
+		return 20
+	case "edge":
+		return trafficgen.DefaultN(name) - 1
+	}
+	return 2000
+}
+
+// codecPair is a fresh encoder and decoder of c.
+func codecPair(tb testing.TB, c Codec) (Encoder, Decoder) {
+	tb.Helper()
+	enc, err := c.NewEncoder()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dec, err := c.NewDecoder(Limits{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return enc, dec
+}
+
 func benchCodec(b *testing.B, c Codec, fam benchFamily) {
 	const batch = 4096
-	newPair := func() (Encoder, Decoder) {
-		enc, err := c.NewEncoder()
-		if err != nil {
-			b.Fatal(err)
-		}
-		dec, err := c.NewDecoder(Limits{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return enc, dec
-	}
+	newPair := func() (Encoder, Decoder) { return codecPair(b, c) }
 	// renew restarts a pair for a new pass: stateful codecs are reset in place (a new
 	// pair's allocations would otherwise be paid for by the GC in timed code).
 	renew := func(enc Encoder, dec Decoder) (Encoder, Decoder) {

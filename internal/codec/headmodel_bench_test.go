@@ -19,17 +19,10 @@ type headBenchSet struct {
 func headBenchSets(withEdge bool) []headBenchSet {
 	var sets []headBenchSet
 	for _, fam := range trafficgen.Families {
-		n := 2000
-		switch fam {
-		case "northwind":
-			n = 20
-		case "edge":
-			if !withEdge {
-				continue
-			}
-			n = trafficgen.DefaultN(fam) - 1 // without the 2 MB array of doubles
+		if fam == "edge" && !withEdge {
+			continue
 		}
-		reqs, resps := tunnelMessages(fam, n)
+		reqs, resps := tunnelMessages(fam, familyRun(fam))
 		sets = append(sets, headBenchSet{fam + "-request", reqs}, headBenchSet{fam + "-response", resps})
 	}
 	return sets
@@ -153,14 +146,7 @@ func BenchmarkTokenHeads(b *testing.B) {
 			raw += len(m)
 		}
 		pair := func(b *testing.B) (Encoder, Decoder) {
-			enc, err := c.NewEncoder()
-			if err != nil {
-				b.Fatal(err)
-			}
-			dec, err := c.NewDecoder(Limits{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			enc, dec := codecPair(b, c)
 			var out []byte
 			for _, m := range msgs {
 				p, err := enc.Encode(nil, m)

@@ -34,14 +34,7 @@ func TestTokenStatePerConnection(t *testing.T) {
 	}
 	var mixedReqs, mixedResps [][]byte
 	for _, fam := range trafficgen.Families {
-		n := 2000
-		switch fam {
-		case "northwind":
-			n = 20
-		case "edge":
-			n = trafficgen.DefaultN(fam) - 1 // without the 2 MB array of doubles
-		}
-		reqs, resps := tunnelMessages(fam, n)
+		reqs, resps := tunnelMessages(fam, familyRun(fam))
 		if fam != "edge" {
 			mixedReqs, mixedResps = append(mixedReqs, reqs...), append(mixedResps, resps...)
 		}
