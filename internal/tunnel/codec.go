@@ -93,6 +93,21 @@ type StreamDecoder interface {
 	Release()
 }
 
+// chooseSample is how much of a message's start the Encoding sees when the message is
+// streamed: enough for its envelope head and the start of its body.
+const chooseSample = 4 << 10
+
+// StreamStart is what an Encoding is shown of a message about to be streamed: the bytes
+// buffered, topped up from p (the write that overflowed the buffer) to a few KiB. The
+// policy judges a message by its start (XML or not), and what is buffered may be only the
+// envelope head.
+func StreamStart(buffered, p []byte) []byte {
+	if len(buffered) >= chooseSample {
+		return buffered
+	}
+	return append(buffered[:len(buffered):len(buffered)], p[:min(len(p), chooseSample)]...)
+}
+
 // Encoding chooses the codec id for one outgoing message among those the peer decodes
 // (peerDecodes(0) is always true). Returning an id the peer or this side lacks means
 // identity. Choose runs on the writing goroutine, at CloseWrite, not in wire order.

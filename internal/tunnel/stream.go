@@ -316,13 +316,7 @@ func (st *Stream) Write(p []byte) (int, error) {
 		// Too large to be coded whole: stream it, coded by the stream codec if the peer
 		// has it, else as identity.
 		st.coding = false
-		start := st.wbuf
-		if len(start) < chooseSample {
-			// The policy judges a message by its start (XML or not, size): what is
-			// buffered may be only the envelope head.
-			start = append(start[:len(start):len(start)], p[:min(len(p), chooseSample)]...)
-		}
-		if !st.startStreamingLocked(start) {
+		if !st.startStreamingLocked(StreamStart(st.wbuf, p)) {
 			st.s.m.fallbacks[fbTooLarge].Inc()
 			if err := st.emitBufLocked(false, true); err != nil {
 				return 0, err
@@ -383,10 +377,6 @@ func (st *Stream) Flush() error {
 	}
 	return st.emitBufLocked(false, false)
 }
-
-// chooseSample is how much of a message's start the Encoding sees when the message is
-// streamed: enough for its envelope head and the start of its body.
-const chooseSample = 4 << 10
 
 // startStreamingLocked switches the outgoing message, buffered in wbuf to be coded whole,
 // to the stream codec when it cannot be: the peer decodes the stream codec in our format,

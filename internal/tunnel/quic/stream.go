@@ -159,10 +159,6 @@ func (st *Stream) Flush() error {
 	return st.sw.flushHead()
 }
 
-// chooseSample is how much of a message's start the Encoding sees when the message is
-// streamed: enough for its envelope head and the start of its body.
-const chooseSample = 4 << 10
-
 // startStreaming sends the head with the buffered bytes and p: coded by the stream codec
 // if the peer has it and the Encoding codes the message, else as identity.
 func (st *Stream) startStreaming(p []byte) error {
@@ -174,11 +170,7 @@ func (st *Stream) startStreaming(p []byte) error {
 		st.c.releaseCredit()
 	}
 	if sc := st.c.streamOut; sc != nil && st.c.coding(st.encoding) {
-		sample := st.buf
-		if len(sample) < chooseSample {
-			sample = append(sample[:len(sample):len(sample)], p[:min(len(p), chooseSample)]...)
-		}
-		if id := st.encoding.Choose(sample, st.c.peerDecodes); id != 0 && st.c.peerDecodes(id) {
+		if id := st.encoding.Choose(tunnel.StreamStart(st.buf, p), st.c.peerDecodes); id != 0 && st.c.peerDecodes(id) {
 			st.sw = streamedSink{st: st, head: st.appendHead(make([]byte, 0, maxHeadLen), head{Codec: sc.ID(), Mode: modeStreamed})}
 			enc, err := sc.NewStreamEncoder(&st.sw)
 			if err == nil {
