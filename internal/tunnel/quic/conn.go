@@ -612,12 +612,24 @@ func (c *conn) readControl(br *bufio.Reader) {
 	}
 }
 
-// creditDelay bounds how long a finished exchange's stream credit waits for a response
-// packet to ride on; maxHeldCredit bounds how many wait.
+// A finished exchange's stream credit waits for the next response to ride on: quic-go
+// sends MAX_STREAMS the moment a stream is both released and complete (the edge has
+// acknowledged the whole response), so a credit released before the acknowledgement came
+// back leaves in a packet of its own when it does, and that extra packet makes the edge
+// acknowledge at once instead of with its next request: two packets more per exchange,
+// and on a slow link a request queued behind an ACK. The wait is at least two round trips
+// (the acknowledgement has come back by then, so an idle connection sends one MAX_STREAMS
+// for all), between minCreditDelay and maxCreditDelay; maxHeldCredit bounds how many wait.
 const (
-	creditDelay   = 50 * time.Millisecond
-	maxHeldCredit = 64
+	minCreditDelay = 50 * time.Millisecond
+	maxCreditDelay = 5 * time.Second
+	maxHeldCredit  = 64
 )
+
+// creditDelay is how long held credit waits for a response to ride on.
+func (c *conn) creditDelay() time.Duration {
+	return min(max(minCreditDelay, 2*c.srtt()), maxCreditDelay)
+}
 
 // holdCredit keeps the credit of a finished exchange's stream for the next response.
 func (c *conn) holdCredit(qs streamIO) {
@@ -630,7 +642,7 @@ func (c *conn) holdCredit(qs streamIO) {
 		return
 	}
 	if n == 1 {
-		c.creditTimer.Reset(creditDelay)
+		c.creditTimer.Reset(c.creditDelay())
 	}
 }
 

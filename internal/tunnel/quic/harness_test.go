@@ -65,6 +65,7 @@ type filterConn struct {
 	drop    atomic.Pointer[func(p []byte) bool]
 	dropped atomic.Int64
 	dark    atomic.Bool
+	delay   atomic.Int64 // nanoseconds every outgoing packet is held: a longer path
 }
 
 func (f *filterConn) ReadFrom(p []byte) (int, net.Addr, error) {
@@ -79,6 +80,11 @@ func (f *filterConn) ReadFrom(p []byte) (int, net.Addr, error) {
 func (f *filterConn) WriteTo(p []byte, addr net.Addr) (int, error) {
 	if d := f.drop.Load(); f.dark.Load() || d != nil && (*d)(p) {
 		f.dropped.Add(1)
+		return len(p), nil
+	}
+	if d := time.Duration(f.delay.Load()); d > 0 {
+		late := append([]byte(nil), p...)
+		time.AfterFunc(d, func() { _, _ = f.PacketConn.WriteTo(late, addr) })
 		return len(p), nil
 	}
 	return f.PacketConn.WriteTo(p, addr)

@@ -326,3 +326,39 @@ func TestUDPAutoWindowNarrowsUnderLoss(t *testing.T) {
 	require.NoError(t, <-a2Done)
 	require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
 }
+
+// TestSequentialExchangeOnePacketEachWay: on a long path, each side sends one packet per
+// sequential exchange, carrying the message with the acknowledgements and the stream
+// credit due, and nothing more. The origin used to give back each finished stream's credit
+// after a fixed 50 ms, before the edge had acknowledged the response; quic-go then sent
+// MAX_STREAMS alone when the acknowledgement came, and that second packet made the edge
+// acknowledge at once: two packets each way per exchange, and on a slow link a request
+// queued behind an ACK.
+func TestSequentialExchangeOnePacketEachWay(t *testing.T) {
+	testNoPathMTUDiscovery.Store(true)
+	t.Cleanup(func() { testNoPathMTUDiscovery.Store(false) })
+	p := newPair(t, pairOptions{codecs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.call(ctx, soapMessage(0, 600)) // connection up, codec state warm
+	require.NoError(t, err)
+	p.edgeSock.Load().delay.Store(int64(150 * time.Millisecond))
+	for i := range 5 { // the RTT estimate learns the longer path
+		_, err := p.call(ctx, soapMessage(i, 600))
+		require.NoError(t, err)
+	}
+	sent := func() float64 { return p.counter(t, "soapgw_udp_packets_total", "peer", "edge", "kind", "sent") }
+	sent0 := sent()
+	const calls = 20
+	for i := range calls {
+		req := soapMessage(i, 600)
+		resp, err := p.call(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, append([]byte("echo:"), req...), resp)
+	}
+	perExchange := (sent() - sent0) / calls
+	t.Logf("the origin sent %.2f packets per exchange", perExchange)
+	// The edge's side is left out: on a busy machine its next request may come after
+	// quic-go's 25 ms ACK delay. Two per exchange was the bug.
+	require.LessOrEqual(t, perExchange, 1.3)
+}

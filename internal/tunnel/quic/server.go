@@ -14,6 +14,7 @@ import (
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
 
 	"github.com/soapgw/soapgw/internal/tunnel"
 )
@@ -82,8 +83,16 @@ func quicConfig(s *tunnel.Config, maxStreams int64, handshake time.Duration, dat
 		InitialConnectionReceiveWindow: 1 << 20,
 		MaxConnectionReceiveWindow:     64 << 20,
 		EnableDatagrams:                datagrams, // redundant copies (redundant.go)
+		DisablePathMTUDiscovery:        testNoPathMTUDiscovery.Load(),
+		// With QLOGDIR set, every connection writes a qlog trace there (packets, frames,
+		// loss and congestion events) for qvis or a text search; unset, nothing is traced.
+		Tracer: qlog.DefaultConnectionTracer,
 	}
 }
+
+// testNoPathMTUDiscovery, set by a test that counts packets, keeps quic-go from sending
+// path MTU probes (and the acknowledgements they draw) in the middle of its count.
+var testNoPathMTUDiscovery atomic.Bool
 
 // Server accepts UDP tunnel connections from edges and serves their exchanges.
 type Server struct {
