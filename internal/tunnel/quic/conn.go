@@ -39,9 +39,6 @@ const (
 	// ackDelay is how long a decoded sequenced message waits for an outgoing message head
 	// to carry its acknowledgement before a control ACK is sent alone.
 	ackDelay = 20 * time.Millisecond
-	// laneTimeout frees a sequenced lane whose message was never acknowledged (the peer
-	// lost it with a stream it abandoned): the next message starts a fresh state.
-	laneTimeout = 5 * time.Second
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -136,10 +133,26 @@ type decLane struct {
 	changed chan struct{} // closed and replaced when done or broken changes
 }
 
-// decodeWait bounds how long a sequenced message waits for the one before it (only with
-// a sequenced window above 1: the sender coded it on state the receiver had not
-// acknowledged yet).
-const decodeWait = 5 * time.Second
+// lossWait bounds how long a sequenced message waits for the one before it (only with a
+// sequenced window above 1: the sender coded it on state the receiver had not acknowledged
+// yet), and how long the sender waits for a sequenced message's acknowledgement before it
+// frees the lane (the peer lost the message with a stream it abandoned) and starts a fresh
+// state. Long enough for QUIC to resend a lost packet three times on this path (the probe
+// timeout doubles each time: 1 + 2 + 4 timeouts), never below minLossWait. A fixed 5 s was
+// shorter than one resend on a gprs link whose queue held seconds of data: every loss then
+// broke the lane, the messages behind it were refused and sent again, and one-way
+// deliveries crawled at a tenth of the TCP tunnel's rate.
+func (c *conn) lossWait() time.Duration {
+	s := c.qc.ConnectionStats()
+	pto := s.SmoothedRTT + max(4*s.MeanDeviation, time.Millisecond) + maxAckDelay
+	return min(max(minLossWait, 7*pto), maxLossWait)
+}
+
+const (
+	minLossWait = 5 * time.Second
+	maxLossWait = time.Minute
+	maxAckDelay = 25 * time.Millisecond // quic-go's, fixed
+)
 
 // Auto sequenced window: wide while messages do not wait for each other (on a clean path
 // they arrive in order), strict (1) for a while after the receiver reports that one waited
@@ -320,7 +333,7 @@ func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sent-l.acked >= c.window.size() {
-		if time.Since(l.sentAt) < laneTimeout {
+		if time.Since(l.sentAt) < c.lossWait() {
 			return head{}, nil, errLaneBusy
 		}
 		l.acked, l.fresh = l.sent, true // never answered: assume lost, start over
@@ -450,12 +463,13 @@ func (c *conn) decodeSequenced(h head, payload []byte) ([]byte, error) {
 }
 
 // waitTurn waits, with the lane's lock released, until the message before seq is decoded
-// or the lane broke, for at most decodeWait. Called with c.dec.mu held.
+// or the lane broke, for at most lossWait. Called with c.dec.mu held.
 func (c *conn) waitTurn(seq uint64) error {
 	l := &c.dec
 	c.m.decodeWaits.Inc()
 	start := time.Now()
-	deadline := time.NewTimer(decodeWait)
+	wait := c.lossWait()
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	defer func() {
 		d := time.Since(start)
@@ -475,7 +489,7 @@ func (c *conn) waitTurn(seq uint64) error {
 		case <-ch:
 		case <-deadline.C:
 			l.mu.Lock()
-			return fmt.Errorf("sequenced message %d waited %s for message %d", seq, decodeWait, l.done.Load()+1)
+			return fmt.Errorf("sequenced message %d waited %s for message %d", seq, wait, l.done.Load()+1)
 		case <-c.done():
 			l.mu.Lock()
 			return c.err()
