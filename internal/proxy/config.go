@@ -22,6 +22,14 @@ type Stream interface {
 	SetDeadline(time.Time) error
 }
 
+// BulkStream is a Stream whose transport can trade latency for compression when told
+// nobody waits on the message: the UDP tunnel then codes it on the shared codec state
+// behind other unacknowledged messages. The one-way forwarder marks its deliveries so.
+type BulkStream interface {
+	Stream
+	SetBulk()
+}
+
 // Opener opens a stream to one peer gateway.
 type Opener interface {
 	OpenStream(ctx context.Context) (Stream, error)

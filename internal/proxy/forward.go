@@ -313,6 +313,9 @@ func (f *forwarder) deliver(ctx context.Context, q queued, g groupKey) deliveryR
 		return r
 	}
 	defer st.Close()
+	if b, ok := st.(BulkStream); ok {
+		b.SetBulk() // a delivery from the spool: nobody waits on it
+	}
 	stop := context.AfterFunc(ctx, func() { _ = st.Close() })
 	defer stop()
 	_ = st.SetDeadline(deadline)

@@ -121,6 +121,18 @@ type encLane struct {
 	acked  uint64 // last seq acknowledged (or given up)
 	sentAt time.Time
 	fresh  bool // the next sequenced message starts a fresh state
+	// waiters are the bulk messages waiting for room in the lane, oldest first; each
+	// acknowledged message wakes one (a thousand deliveries may wait on a slow link).
+	waiters []chan struct{}
+}
+
+// wake wakes up to n waiting bulk messages. Called with l.mu held.
+func (l *encLane) wake(n uint64) {
+	for ; n > 0 && len(l.waiters) > 0; n-- {
+		close(l.waiters[0])
+		l.waiters[0] = nil
+		l.waiters = l.waiters[1:]
+	}
 }
 
 // decLane is the receiver's sequenced codec state.
@@ -293,14 +305,15 @@ func (c *conn) peerDecodes(id uint8) bool {
 func (c *conn) coding(e tunnel.Encoding) bool { return e != nil && c.maxCoded > 0 }
 
 // encode codes a whole message for the head h it returns: sequenced when the chosen codec
-// keeps state and the lane is free, otherwise stateless, otherwise identity.
-func (c *conn) encode(e tunnel.Encoding, raw []byte) (head, []byte) {
+// keeps state and the lane is free, otherwise stateless, otherwise identity. A bulk
+// message (Stream.SetBulk) waits for room in the lane instead, until at the latest.
+func (c *conn) encode(e tunnel.Encoding, raw []byte, bulk bool, until time.Time) (head, []byte) {
 	if e == nil || len(raw) > c.maxCoded {
 		return head{}, nil
 	}
 	id := e.Choose(raw, c.peerDecodes)
 	if id != 0 && c.peerDecodes(id) && !c.stateless[id] {
-		h, p, err := c.encodeSequenced(id, raw)
+		h, p, err := c.encodeSequenced(id, raw, bulk, until)
 		if err == nil {
 			return h, p
 		}
@@ -328,15 +341,29 @@ func (c *conn) encode(e tunnel.Encoding, raw []byte) (head, []byte) {
 	return head{Codec: id, Mode: modeStateless, RawLen: uint64(len(raw))}, p
 }
 
-func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
+// bulkWindow is the window of bulk messages (Stream.SetBulk): how many unacknowledged
+// messages one may be coded behind. Deep enough for a slow link's round trip of one-way
+// deliveries (gprs: about 100 a second, 0.8-4 s), small enough that the messages waiting
+// at the receiver for an earlier one's resend hold little.
+const bulkWindow = 256
+
+func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time) (head, []byte, error) {
 	l := &c.enc
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sent-l.acked >= c.window.size() {
+	window := c.window.size()
+	if bulk {
+		window = max(window, bulkWindow)
+	}
+	if l.sent-l.acked >= window && bulk {
+		c.waitRoom(window, until)
+	}
+	if l.sent-l.acked >= window {
 		if time.Since(l.sentAt) < c.lossWait() {
 			return head{}, nil, errLaneBusy
 		}
 		l.acked, l.fresh = l.sent, true // never answered: assume lost, start over
+		l.wake(window)
 	}
 	mode := uint8(modeSequenced)
 	if l.fresh || l.codec != id || l.e == nil {
@@ -356,6 +383,42 @@ func (c *conn) encodeSequenced(id uint8, raw []byte) (head, []byte, error) {
 	return head{Codec: id, Mode: mode, Seq: l.sent, RawLen: uint64(len(raw)), CRC: crc32.Checksum(raw, castagnoli)}, p, nil
 }
 
+// waitRoom waits, with the lane's lock released, until fewer than window messages are
+// unacknowledged, the lane may be given up (lossWait after the last message was sent),
+// until passes (the exchange's deadline, if set) or the connection ends. A bulk message
+// waits so rather than going stateless: nobody waits on it, and coded on the shared state
+// it costs a fraction of the bytes. Called with c.enc.mu held.
+func (c *conn) waitRoom(window uint64, until time.Time) {
+	l := &c.enc
+	for l.sent-l.acked >= window {
+		end := l.sentAt.Add(c.lossWait())
+		if !until.IsZero() && until.Before(end) {
+			end = until
+		}
+		d := time.Until(end)
+		if d <= 0 {
+			return
+		}
+		woken := make(chan struct{})
+		l.waiters = append(l.waiters, woken)
+		l.mu.Unlock()
+		t := time.NewTimer(d)
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-c.done():
+		}
+		t.Stop()
+		l.mu.Lock()
+		if i := slices.Index(l.waiters, woken); i >= 0 {
+			l.waiters = slices.Delete(l.waiters, i, i+1) // gave up before its turn
+		}
+		if c.err() != nil {
+			return
+		}
+	}
+}
+
 // lost releases the lane of a sequenced message that never reached the peer's decoder.
 func (c *conn) lost(seq uint64) {
 	l := &c.enc
@@ -363,6 +426,7 @@ func (c *conn) lost(seq uint64) {
 	defer l.mu.Unlock()
 	if seq > l.acked && seq <= l.sent {
 		// Every later message was coded on state that includes seq: start over.
+		l.wake(l.sent - l.acked)
 		l.acked, l.fresh = l.sent, true
 	}
 }
@@ -373,6 +437,7 @@ func (c *conn) onAck(seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq > l.acked && seq <= l.sent {
+		l.wake(seq - l.acked)
 		l.acked = seq
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -361,4 +364,98 @@ func TestSequentialExchangeOnePacketEachWay(t *testing.T) {
 	// The edge's side is left out: on a busy machine its next request may come after
 	// quic-go's 25 ms ACK delay. Two per exchange was the bug.
 	require.LessOrEqual(t, perExchange, 1.3)
+}
+
+// TestBulkMessagesCodedBehindFullWindow: with the window at 1 (a lossy path), messages
+// sent at once go stateless, except bulk ones (one-way deliveries from the spool), which
+// are coded on the shared state behind each other (more than bulkWindow of them wait for
+// room rather than going stateless) and decoded in order at the receiver, byte for byte,
+// whatever order their streams arrive in.
+func TestBulkMessagesCodedBehindFullWindow(t *testing.T) {
+	p := newPair(t, pairOptions{codecs: true, window: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p.call(ctx, soapMessage(0, 500))
+	require.NoError(t, err)
+	sent := func(mode string) float64 {
+		return p.counter(t, "soapgw_udp_codec_messages_total", "peer", "origin", "direction", "sent", "mode", mode)
+	}
+	// Each handler holds its request unanswered until all of them are in, so every
+	// message is sent while the others are unacknowledged.
+	const n = bulkWindow + 44
+	type gate struct {
+		arrived sync.WaitGroup
+		all     chan struct{}
+	}
+	var current atomic.Pointer[gate]
+	newGate := func(n int) {
+		g := &gate{all: make(chan struct{})}
+		g.arrived.Add(n)
+		go func() { g.arrived.Wait(); close(g.all) }()
+		current.Store(g)
+	}
+	p.setHandler(func(ctx context.Context, st *Stream) {
+		defer st.Close()
+		g := current.Load()
+		req, err := io.ReadAll(st)
+		g.arrived.Done()
+		if err != nil {
+			return
+		}
+		select {
+		case <-g.all:
+		case <-ctx.Done():
+			return
+		}
+		_, _ = st.Write(append([]byte("echo:"), req...))
+		_ = st.CloseWrite()
+	})
+	run := func(bulk bool, n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			wg.Go(func() {
+				st, err := p.peer.OpenStream(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer st.Close()
+				if bulk {
+					st.SetBulk()
+				}
+				req := soapMessage(i, 400+13*i)
+				if _, err = st.Write(req); err == nil {
+					err = st.CloseWrite()
+				}
+				var resp []byte
+				if err == nil {
+					resp, err = io.ReadAll(st)
+				}
+				if err == nil && !bytes.Equal(resp, append([]byte("echo:"), req...)) {
+					err = fmt.Errorf("call %d: response mixed up", i)
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+
+	// The counters are the edge's (requests); the responses, not bulk, go stateless at
+	// the origin.
+	seq0, stateless0 := sent("sequenced")+sent("fresh"), sent("stateless")
+	newGate(n)
+	run(true, n)
+	seq1, stateless1 := sent("sequenced")+sent("fresh"), sent("stateless")
+	require.Equal(t, float64(n), seq1-seq0, "every bulk request coded on the shared state")
+	require.Equal(t, stateless0, stateless1, "no bulk request coded on its own")
+
+	newGate(48)
+	run(false, 48)
+	require.Greater(t, sent("stateless")-stateless1, float64(24), "interactive requests behind a full window go stateless")
 }

@@ -49,6 +49,7 @@ type Stream struct {
 	buf       []byte // the message while it may still be coded
 	streaming bool   // the message streams: writes pass through (coded by senc if set)
 	wclosed   bool
+	bulk      bool                 // SetBulk: may be coded behind a full window
 	werr      error                // a streamed message's encoder failed: every later write fails with it
 	senc      tunnel.StreamEncoder // codes the streaming message (zstd-streaming)
 	sw        streamedSink         // senc's output, into the QUIC stream
@@ -119,6 +120,19 @@ func (st *Stream) Write(p []byte) (int, error) {
 	}
 	st.buf = append(st.buf, p...)
 	return len(p), nil
+}
+
+// SetBulk marks the outgoing message as bulk: nobody waits on its latency (a one-way
+// message delivered from the edge's spool). It is then coded on the shared codec state
+// even while the window is full, behind up to bulkWindow unacknowledged messages, so it may
+// wait at the receiver for an earlier message's lost packets (SPEC.md, "Codec state");
+// other messages keep the window and are never held up behind it. Without this, the
+// deliveries of a spool that many at once went stateless on a lossy path (the window is 1
+// there): 7x the bytes of the TCP tunnel on gprs, and as many times fewer per second.
+func (st *Stream) SetBulk() {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	st.bulk = true
 }
 
 // bufferLimit is the largest message kept whole until CloseWrite: one that may be coded,
@@ -298,7 +312,7 @@ func (st *Stream) CloseWrite() error {
 		st.qs.CancelWrite(codeCancelled)
 		return &notSentError{err}
 	}
-	h, payload := st.c.encode(st.encoding, raw)
+	h, payload := st.c.encode(st.encoding, raw, st.bulk, st.deadline())
 	if h.Codec == 0 {
 		payload = raw
 	}
