@@ -24,7 +24,8 @@ type Stream interface {
 
 // BulkStream is a Stream whose transport can trade latency for compression when told
 // nobody waits on the message: the UDP tunnel then codes it on the shared codec state
-// behind other unacknowledged messages. The one-way forwarder marks its deliveries so.
+// behind other unacknowledged messages. The one-way forwarder marks its deliveries so, and
+// the origin its answers to them.
 type BulkStream interface {
 	Stream
 	SetBulk()

@@ -152,6 +152,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		// connection and even a reset by the edge (no watchAbandon): the server gets it
 		// whole and the ledger records the answer, so the edge's next attempt learns it
 		// was delivered instead of finding it in doubt. The deadline still bounds it.
+		if b, ok := st.(BulkStream); ok {
+			b.SetBulk() // the answer to a delivery from a spool: nobody waits on it either
+		}
 		if oneWay = o.beginOneWay(st, x); oneWay == nil {
 			return
 		}

@@ -80,7 +80,7 @@ type conn struct {
 	// finished exchanges just before the next response leaves puts the frame in that
 	// response's packet; creditTimer releases it anyway when no response follows.
 	creditMu    sync.Mutex
-	credit      []streamIO
+	credit      []heldCredit // in the order the exchanges finished
 	creditTimer *time.Timer
 
 	// Copies (redundant.go): nil copies means off.
@@ -219,7 +219,7 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.window.fixed = 1
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
 	c.ackTimer.Stop()
-	c.creditTimer = time.AfterFunc(time.Hour, c.releaseCredit)
+	c.creditTimer = time.AfterFunc(time.Hour, func() { c.releaseCredit(c.srtt() + maxAckDelay) })
 	c.creditTimer.Stop()
 	return c
 }
@@ -691,33 +691,48 @@ func (c *conn) readControl(br *bufio.Reader) {
 	}
 }
 
-// A finished exchange's stream credit waits for the next response to ride on: quic-go
+// A finished exchange's stream credit waits for a later response to ride on: quic-go
 // sends MAX_STREAMS the moment a stream is both released and complete (the edge has
 // acknowledged the whole response), so a credit released before the acknowledgement came
 // back leaves in a packet of its own when it does, and that extra packet makes the edge
 // acknowledge at once instead of with its next request: two packets more per exchange,
-// and on a slow link a request queued behind an ACK. The wait is at least two round trips
-// (the acknowledgement has come back by then, so an idle connection sends one MAX_STREAMS
-// for all), between minCreditDelay and maxCreditDelay; maxHeldCredit bounds how many wait.
+// and on a slow link a request queued behind an ACK.
+//
+// So a response releases only the credit that is ripe: held for about a round trip
+// (creditRipe), by when the edge's acknowledgement of that exchange's response has most
+// likely come back; younger credit waits for a later response. With sequential calls the
+// next response comes a round trip after the last one and takes all; with many exchanges
+// at once (one-way deliveries from a spool) each response takes those a round trip old.
+// When no response follows, creditTimer releases, two round trips after (creditDelay),
+// what is surely complete by then (held a round trip and the edge's ACK delay), so an
+// idle connection sends one MAX_STREAMS for many; at maxHeldCredit the oldest go anyway.
 const (
 	minCreditDelay = 50 * time.Millisecond
 	maxCreditDelay = 5 * time.Second
-	maxHeldCredit  = 64
+	maxHeldCredit  = 256
 )
+
+type heldCredit struct {
+	qs streamIO
+	at time.Time // when the exchange finished
+}
 
 // creditDelay is how long held credit waits for a response to ride on.
 func (c *conn) creditDelay() time.Duration {
 	return min(max(minCreditDelay, 2*c.srtt()), maxCreditDelay)
 }
 
-// holdCredit keeps the credit of a finished exchange's stream for the next response.
+// creditRipe is how long credit is held before a response may take it.
+func (c *conn) creditRipe() time.Duration { return c.srtt() * 3 / 4 }
+
+// holdCredit keeps the credit of a finished exchange's stream for a later response.
 func (c *conn) holdCredit(qs streamIO) {
 	c.creditMu.Lock()
-	c.credit = append(c.credit, qs)
+	c.credit = append(c.credit, heldCredit{qs, time.Now()})
 	n := len(c.credit)
 	c.creditMu.Unlock()
 	if n >= maxHeldCredit {
-		c.releaseCredit()
+		c.releaseCredit(c.creditRipe())
 		return
 	}
 	if n == 1 {
@@ -725,14 +740,25 @@ func (c *conn) holdCredit(qs streamIO) {
 	}
 }
 
-// releaseCredit gives the edge back the streams of finished exchanges.
-func (c *conn) releaseCredit() {
+// releaseCredit gives the edge back the streams of exchanges that finished at least age
+// ago, and the oldest beyond maxHeldCredit/2.
+func (c *conn) releaseCredit(age time.Duration) {
 	c.creditMu.Lock()
-	held := c.credit
-	c.credit = nil
+	ripe := time.Now().Add(-age)
+	n := 0
+	for n < len(c.credit) && !c.credit[n].at.After(ripe) {
+		n++
+	}
+	n = max(n, len(c.credit)-maxHeldCredit/2)
+	held := slices.Clone(c.credit[:n])
+	c.credit = slices.Delete(c.credit, 0, n)
+	rest := len(c.credit)
 	c.creditMu.Unlock()
-	for _, qs := range held {
-		qs.ReleaseStreamCredit()
+	if rest > 0 {
+		c.creditTimer.Reset(c.creditDelay())
+	}
+	for _, h := range held {
+		h.qs.ReleaseStreamCredit()
 	}
 }
 

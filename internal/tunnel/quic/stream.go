@@ -181,7 +181,7 @@ func (st *Stream) startStreaming(p []byte) error {
 		return &notSentError{err}
 	}
 	if st.server {
-		st.c.releaseCredit()
+		st.c.releaseCredit(st.c.creditRipe())
 	}
 	if sc := st.c.streamOut; sc != nil && st.c.coding(st.encoding) {
 		if id := st.encoding.Choose(tunnel.StreamStart(st.buf, p), st.c.peerDecodes); id != 0 && st.c.peerDecodes(id) {
@@ -320,7 +320,7 @@ func (st *Stream) CloseWrite() error {
 	b = append(b, payload...)
 	st.c.m.message("sent", h.Codec, h.Mode, len(raw), len(payload))
 	if st.server {
-		st.c.releaseCredit()
+		st.c.releaseCredit(st.c.creditRipe())
 	}
 	var err error
 	if hook := testWriteHook.Load(); hook != nil {
