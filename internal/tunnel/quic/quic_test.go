@@ -362,8 +362,10 @@ func TestSequentialExchangeOnePacketEachWay(t *testing.T) {
 	perExchange := (sent() - sent0) / calls
 	t.Logf("the origin sent %.2f packets per exchange", perExchange)
 	// The edge's side is left out: on a busy machine its next request may come after
-	// quic-go's 25 ms ACK delay. Two per exchange was the bug.
-	require.LessOrEqual(t, perExchange, 1.3)
+	// quic-go's 25 ms ACK delay. The origin too sends an ACK alone when its answer takes
+	// longer than that (a starved machine, the race detector): slack for some. Two per
+	// exchange, every time, was the bug.
+	require.LessOrEqual(t, perExchange, 1.5)
 }
 
 // TestBulkMessagesCodedBehindFullWindow: with the window at 1 (a lossy path), messages
@@ -372,7 +374,9 @@ func TestSequentialExchangeOnePacketEachWay(t *testing.T) {
 // room rather than going stateless) and decoded in order at the receiver, byte for byte,
 // whatever order their streams arrive in.
 func TestBulkMessagesCodedBehindFullWindow(t *testing.T) {
-	p := newPair(t, pairOptions{codecs: true, window: 1})
+	// 300 exchanges at once with the race detector on a busy machine can leave the
+	// connection without a packet for longer than the harness's 2 s keepalive.
+	p := newPair(t, pairOptions{codecs: true, window: 1, keepalive: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := p.call(ctx, soapMessage(0, 500))
