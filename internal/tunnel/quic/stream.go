@@ -703,8 +703,13 @@ func (st *Stream) Close() error {
 	}
 	st.closed = true
 	needDrain := !st.hasHead && st.rerr == nil
-	if st.hasHead && (!st.rdone || st.byCopy) && st.rerr == nil {
-		st.qs.CancelRead(codeCancelled)
+	if st.hasHead && st.rerr == nil {
+		switch qs, real := st.qs.(*quicgo.Stream); {
+		case st.byCopy && real:
+			st.c.discard(qs) // the message came in its copy: drop the stream's own bytes
+		case st.byCopy, !st.rdone:
+			st.qs.CancelRead(codeCancelled)
+		}
 	}
 	st.rmu.Unlock()
 	st.released.Store(true)
