@@ -355,7 +355,7 @@ func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time)
 	if bulk {
 		window = max(window, bulkWindow)
 	}
-	if l.sent-l.acked >= window && bulk {
+	if bulk {
 		c.waitRoom(window, until)
 	}
 	if l.sent-l.acked >= window {
@@ -777,22 +777,30 @@ func (c *conn) done() <-chan struct{} { return c.qc.Context().Done() }
 // alive reports whether new exchanges may start on c.
 func (c *conn) alive() bool { return c.qc.Context().Err() == nil && !c.goingAway.Load() }
 
-// drain reads and decodes the sequenced message of a stream nobody will read, so the
-// codec lanes stay in step, bounded by the exchange's own deadline.
-func (c *conn) drain(st *Stream) {
+// background runs f in a goroutine the connection owns (wait waits for it), unless the
+// connection is closing or gone: then its streams and codec state are gone anyway.
+func (c *conn) background(f func()) {
 	c.wgMu.Lock()
 	defer c.wgMu.Unlock()
 	if c.closing || c.qc.Context().Err() != nil {
-		return // the connection and its codec state are gone anyway
+		return
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		f()
+	}()
+}
+
+// drain reads and decodes the sequenced message of a stream nobody will read, so the
+// codec lanes stay in step, bounded by the exchange's own deadline.
+func (c *conn) drain(st *Stream) {
+	c.background(func() {
 		_ = st.qs.SetReadDeadline(time.Now().Add(30 * time.Second))
 		if err := st.readMessageHead(); err == nil && !st.rhead.sequenced() {
 			st.qs.CancelRead(codeCancelled)
 		}
-	}()
+	})
 }
 
 // srtt is the path's smoothed RTT (0 before a sample).

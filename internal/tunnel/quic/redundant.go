@@ -65,13 +65,12 @@ func newPendingStream(id quicgo.StreamID) *pendingStream {
 
 func (p *pendingStream) StreamID() quicgo.StreamID { return p.id }
 
-// attach hands over the real stream: what was written goes out now, in order. Its own
-// bytes (the message came in the copy) are read and dropped by discard.
-func (p *pendingStream) attach(real *quicgo.Stream, discard func(*quicgo.Stream)) {
+// attach hands over the real stream: what was written goes out now, in order. (Its own
+// bytes are not the exchange's: the message came in the copy; conn.discard drops them.)
+func (p *pendingStream) attach(real *quicgo.Stream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.real = real
-	discard(real)
 	if !p.deadline.IsZero() {
 		_ = real.SetDeadline(p.deadline)
 	}
@@ -180,20 +179,13 @@ func (p *pendingStream) ReleaseStreamCredit() {
 // by 13 ms. Only bytes that have not come by the loss wait, or more than a copy can be,
 // are refused.
 func (c *conn) discard(qs *quicgo.Stream) {
-	c.wgMu.Lock()
-	defer c.wgMu.Unlock()
-	if c.closing || c.qc.Context().Err() != nil {
-		return
-	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.background(func() {
 		_ = qs.SetReadDeadline(time.Now().Add(c.lossWait()))
 		n, err := io.Copy(io.Discard, io.LimitReader(qs, maxHeadLen+maxCopy+1))
 		if err != nil || n > maxHeadLen+maxCopy {
 			qs.CancelRead(codeCancelled)
 		}
-	}()
+	})
 }
 
 // copyItem is a copy waiting for its send time.
@@ -334,7 +326,8 @@ func (c *conn) accepted(qs *quicgo.Stream) *Stream {
 			delete(c.exchanges, id)
 		}
 		c.regMu.Unlock()
-		ps.attach(qs, c.discard)
+		ps.attach(qs)
+		c.discard(qs) // the message came in the copy
 		return nil
 	}
 	st := newStream(c, qs, nil)
