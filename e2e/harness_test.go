@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -65,35 +66,73 @@ func TestMain(m *testing.M) {
 }
 
 // handedOut remembers every port freePort returned, so two gateways of this test binary
-// (parallel tests, or an edge and an origin of one pair) never get the same one: the kernel
-// may offer a port again as soon as the probing listener closes.
+// (parallel tests, or an edge and an origin of one pair) never get the same one.
 var handedOut struct {
 	sync.Mutex
-	ports map[string]bool
+	ports map[int]bool
+	rng   *rand.Rand
 }
 
-// freePort returns a loopback address that was free a moment ago and that no other call
-// returned. Gateways need fixed addresses in their configuration; the small race with
-// other processes' ephemeral ports is acceptable in tests.
+// freePort returns a loopback address whose TCP and UDP ports were both free a moment
+// ago and that no other call returned. Gateways need fixed addresses in their
+// configuration, and a test binds it only when the gateway starts; in between, a port
+// the kernel may hand out on its own (any listen on port 0, any outgoing connection) could
+// take it: a UDP relay once got the edge's listener port that way. So the ports come from
+// below the kernel's ephemeral range (ip_local_port_range), which it never assigns by
+// itself; only other processes that pick fixed ports can still collide.
 func freePort(t testing.TB) string {
 	t.Helper()
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	if handedOut.ports == nil {
-		handedOut.ports = map[string]bool{}
+		handedOut.ports = map[int]bool{}
+		handedOut.rng = rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
 	}
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		addr := ln.Addr().String()
-		require.NoError(t, ln.Close())
-		if !handedOut.ports[addr] {
-			handedOut.ports[addr] = true
-			return addr
+	lo, hi := fixedPortRange()
+	for range 1000 {
+		port := lo + handedOut.rng.IntN(hi-lo)
+		if handedOut.ports[port] || !portFree(port) {
+			continue
 		}
+		handedOut.ports[port] = true
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 	t.Fatal("freePort: no unused loopback port found")
 	return ""
+}
+
+// fixedPortRange is the range freePort draws from: the 16,384 ports below the kernel's
+// ephemeral range (20000-32767 on a default Linux, whose range starts at 32768).
+func fixedPortRange() (lo, hi int) {
+	ephemeralLow := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				ephemeralLow = n
+			}
+		}
+	}
+	lo = max(ephemeralLow-16384, 10000)
+	if ephemeralLow-lo < 1024 { // a range that starts low: draw from above 10000 and accept the race
+		return 10000, 30000
+	}
+	return lo, ephemeralLow
+}
+
+// portFree reports whether both the TCP and the UDP port can be bound on loopback now
+// (an origin listens on both).
+func portFree(port int) bool {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer ln.Close()
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return false
+	}
+	return pc.Close() == nil
 }
 
 // proc is a process started by a test; it is killed (by PID) at cleanup.
