@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soapgw/soapgw/internal/ratelog"
@@ -74,7 +75,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	sessions map[*Session]struct{}
+	sessions map[*Session]*streamWorkers
 	draining bool
 	conns    sync.WaitGroup // per-connection goroutines
 	handlers sync.WaitGroup // per-stream handlers
@@ -91,7 +92,7 @@ func NewServer(cfg ServerConfig, m *Metrics, log *slog.Logger, h StreamHandler) 
 		cfg: cfg, m: m, log: log, warn: ratelog.New(log, 10*time.Second), handler: h,
 		adm:   newAdmission(cfg.MaxHandshakes, cfg.MaxHandshakesPerSource),
 		slots: make(chan struct{}, cfg.MaxConnections),
-		ctx:   ctx, cancel: cancel, sessions: map[*Session]struct{}{},
+		ctx:   ctx, cancel: cancel, sessions: map[*Session]*streamWorkers{},
 	}
 }
 
@@ -150,7 +151,6 @@ func (srv *Server) serveConn(p *pending) {
 		srv.warn.Warn(result, "tunnel handshake refused", "result", result, "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
-	defer func() { <-srv.slots }()
 	srv.serveSession(s, who)
 }
 
@@ -184,39 +184,80 @@ func (srv *Server) handshake(conn net.Conn) (s *Session, who, result string, err
 	return s, who, resultOK, nil
 }
 
+// maxIdleWorkers bounds the stream workers of one session that wait for a stream; a
+// worker that finishes an exchange while this many wait ends instead.
+const maxIdleWorkers = 16
+
+// serveSession serves s's streams until the session or the server ends, then releases
+// the session's slot (taken by handshake). Exchanges still running then (the origin's held exchanges outlive
+// their connection) go on; it returns once they are done.
+//
+// Streams are served by workers: each waits in AcceptStream, serves the stream it gets
+// and waits again, and the worker that takes the last waiting one's place starts another.
+// A goroutine started per stream behind an accept loop cost a hand-off more per exchange
+// (receiver -> acceptor -> handler) and a fresh stack that grew on every exchange.
 func (srv *Server) serveSession(s *Session, who string) {
+	// Handlers' context ends with the server (its drain deadline) or with this
+	// connection; the cause tells which (ConnectionLost), for handlers whose work
+	// outlives the connection (the origin's held exchanges).
+	ctx, cancel := context.WithCancelCause(srv.ctx)
+	stop := context.AfterFunc(s.Context(), func() { cancel(errConnectionEnded) })
+	w := &streamWorkers{srv: srv, s: s, ctx: ctx}
 	srv.mu.Lock()
 	if srv.draining {
 		srv.mu.Unlock()
 		s.GoAway(frame.CodeNoError, "shutting down")
 	} else {
-		srv.sessions[s] = struct{}{}
+		srv.sessions[s] = w
 		srv.mu.Unlock()
 	}
 	log := srv.log.With("remote", s.conn.RemoteAddr().String(), "peer_node", s.Peer().Node)
 	log.Info("tunnel connection accepted", "authenticated_as", who)
 	logFormatMismatch(log, s, "")
-	defer func() {
-		srv.mu.Lock()
-		delete(srv.sessions, s)
-		srv.mu.Unlock()
-		_ = s.Close()
-	}()
-	// Handlers' context ends with the server (its drain deadline) or with this
-	// connection; the cause tells which (ConnectionLost), for handlers whose work
-	// outlives the connection (the origin's held exchanges).
-	ctx, cancel := context.WithCancelCause(srv.ctx)
-	// This loop ends when the connection does (or the server, whose cause comes first).
-	defer cancel(errConnectionEnded)
-	stop := context.AfterFunc(s.Context(), func() { cancel(errConnectionEnded) })
-	defer stop()
+	w.start()
+	<-ctx.Done() // the session or the server ended
+	if srv.ctx.Err() == nil {
+		log.Info("tunnel connection closed", "err", s.Err())
+	}
+	// Workers waiting for a stream return now; busy ones once their exchange is done.
+	cancel(errConnectionEnded)
+	stop()
+	srv.mu.Lock()
+	delete(srv.sessions, s)
+	srv.mu.Unlock()
+	_ = s.Close()
+	<-srv.slots
+	w.wg.Wait()
+}
+
+// streamWorkers are the goroutines serving one session's streams (serveSession).
+type streamWorkers struct {
+	srv  *Server
+	s    *Session
+	ctx  context.Context
+	idle atomic.Int32 // waiting in AcceptStream
+	live atomic.Int32 // running
+	wg   sync.WaitGroup
+}
+
+func (w *streamWorkers) start() {
+	w.wg.Add(1)
+	w.live.Add(1)
+	go w.run()
+}
+
+func (w *streamWorkers) run() {
+	defer w.wg.Done()
+	defer w.live.Add(-1)
+	srv := w.srv
 	for {
-		st, err := s.AcceptStream(ctx)
+		w.idle.Add(1)
+		st, err := w.s.AcceptStream(w.ctx)
+		if w.idle.Add(-1) == 0 && err == nil {
+			w.start() // keep one waiting, so the next stream does not wait for this exchange
+		}
 		if err != nil {
-			if srv.ctx.Err() == nil {
-				log.Info("tunnel connection closed", "err", s.Err())
-			}
-			return
+			return // the session or the server ended
 		}
 		// handlers.Add must not race with Shutdown's handlers.Wait: both happen under
 		// srv.mu, and once draining no handler starts. A stream that was accepted but
@@ -230,10 +271,11 @@ func (srv *Server) serveSession(s *Session, who string) {
 		}
 		srv.handlers.Add(1)
 		srv.mu.Unlock()
-		go func() {
-			defer srv.handlers.Done()
-			srv.handler(ctx, st)
-		}()
+		srv.handler(w.ctx, st)
+		srv.handlers.Done()
+		if w.idle.Load() >= maxIdleWorkers {
+			return
+		}
 	}
 }
 

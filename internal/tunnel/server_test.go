@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,6 +96,13 @@ func (ts *testServer) sessions() []*Session {
 	return out
 }
 
+// workers is the number of stream workers running for s.
+func (ts *testServer) workers(s *Session) int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return int(ts.Server.sessions[s].live.Load())
+}
+
 // echoHandler is echoServer's behaviour as a StreamHandler.
 func echoHandler(ctx context.Context, st *Stream) {
 	defer st.Close()
@@ -160,6 +168,69 @@ func TestServerHandlerPerStream(t *testing.T) {
 		t.Fatalf("only %d of %d handlers ran concurrently", running.Load(), n)
 	}
 	wg.Wait()
+}
+
+// goroutineID is the running goroutine's id, from its stack header.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := strings.Fields(string(b))
+	return f[1] // "goroutine 123 [running]:"
+}
+
+// TestServerStreamWorkersReused: streams are served by long-lived workers, not a
+// goroutine each: sequential exchanges run on a few goroutines, and after a burst
+// of concurrent ones at most maxIdleWorkers stay waiting.
+func TestServerStreamWorkersReused(t *testing.T) {
+	var mu sync.Mutex
+	ran := map[string]int{}
+	release := make(chan struct{})
+	var burst atomic.Int32
+	ts := startServer(t, nil, 0, func(ctx context.Context, st *Stream) {
+		mu.Lock()
+		ran[goroutineID()]++
+		mu.Unlock()
+		if burst.Load() > 0 {
+			burst.Add(-1)
+			<-release // hold the burst's handlers so that each needs its own worker
+		}
+		echoHandler(ctx, st)
+	})
+	c, err := dialSession(t, ts.addr, nil)
+	require.NoError(t, err)
+	call := func() {
+		got, err := exchange(context.Background(), c, []byte("x"))
+		if err != nil || string(got) != "re:x" {
+			t.Errorf("exchange: %q, %v", got, err)
+		}
+	}
+	for range 200 {
+		call()
+	}
+	mu.Lock()
+	// A client may send its next request before the worker that answered is waiting
+	// again: then another starts, up to the idle bound.
+	require.LessOrEqual(t, len(ran), maxIdleWorkers+1, "200 sequential exchanges ran on %d goroutines", len(ran))
+	clear(ran)
+	mu.Unlock()
+
+	const n = 3 * maxIdleWorkers
+	burst.Store(n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); call() }()
+	}
+	require.Eventually(t, func() bool { return burst.Load() == 0 }, 5*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	require.GreaterOrEqual(t, len(ran), n, "the burst's exchanges ran at once")
+	mu.Unlock()
+	sessions := ts.sessions()
+	require.Len(t, sessions, 1)
+	require.Eventually(t, func() bool { return ts.workers(sessions[0]) <= maxIdleWorkers+1 }, 5*time.Second, time.Millisecond,
+		"workers left waiting after the burst")
 }
 
 func TestServerShutdownDrains(t *testing.T) {
