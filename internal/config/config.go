@@ -487,7 +487,8 @@ type OriginConfig struct {
 	// MaxStreams is how many exchanges one tunnel connection may carry at
 	// once. An edge whose connections are all full waits for a free stream
 	// and opens more connections (its peers[].max_connections). 1..65535.
-	// Default: 256 per TCP connection, 1024 per UDP (QUIC) connection.
+	// Each exchange may hold up to 256 KiB of its request unread (its
+	// stream window). Default: 1024.
 	MaxStreams int `yaml:"max_streams,omitempty"`
 	// Codec encodes the responses sent back to edges; one of [CodecNames].
 	// The edge must support it, else the best codec both know is used.

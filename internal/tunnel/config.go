@@ -48,7 +48,10 @@ type Config struct {
 	FrameData int
 	// StreamWindow is the receive window per stream (default 256 KiB).
 	StreamWindow uint32
-	// MaxStreams is how many concurrent peer-opened streams this side accepts (default 256).
+	// MaxStreams is how many concurrent peer-opened streams this side accepts (default
+	// 1024, the UDP tunnel's and the edge's one-way deliveries' default: with 256, a
+	// spool delivering over a slow link was held to 256 deliveries per round trip). Each
+	// stream may buffer up to StreamWindow of received data.
 	MaxStreams uint32
 	// HandshakeTimeout bounds the exchange of HELLO frames (default 10 s).
 	HandshakeTimeout time.Duration
@@ -81,7 +84,7 @@ func DefaultConfig() *Config {
 		MaxFrame:          64 << 10,
 		FrameData:         16 << 10,
 		StreamWindow:      256 << 10,
-		MaxStreams:        256,
+		MaxStreams:        1024,
 		HandshakeTimeout:  10 * time.Second,
 		KeepaliveInterval: 15 * time.Second,
 		KeepaliveTimeout:  10 * time.Second,
