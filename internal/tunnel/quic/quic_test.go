@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -462,4 +465,72 @@ func TestBulkMessagesCodedBehindFullWindow(t *testing.T) {
 	newGate(48)
 	run(false, 48)
 	require.Greater(t, sent("stateless")-stateless1, float64(24), "interactive requests behind a full window go stateless")
+}
+
+// goroutineID is the running goroutine's id, from its stack header.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	return strings.Fields(string(b))[1] // "goroutine 123 [running]:"
+}
+
+// TestServerHandlersReuseWorkers: exchanges are served by long-lived workers, not a
+// goroutine each: sequential exchanges run on a few goroutines, a burst of concurrent
+// ones each on its own, and the next exchanges on the burst's workers again.
+func TestServerHandlersReuseWorkers(t *testing.T) {
+	p := newPair(t, pairOptions{})
+	var mu sync.Mutex
+	ran := map[string]int{}
+	var hold atomic.Int32
+	release := make(chan struct{})
+	p.setHandler(func(ctx context.Context, st *Stream) {
+		mu.Lock()
+		ran[goroutineID()]++
+		mu.Unlock()
+		if hold.Load() > 0 {
+			hold.Add(-1)
+			<-release // each held exchange needs a worker of its own
+		}
+		echoHandler(ctx, st)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	call := func() {
+		got, err := p.call(ctx, []byte("x"))
+		if err != nil || string(got) != "echo:x" {
+			t.Errorf("call: %q, %v", got, err)
+		}
+	}
+	taken := func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		m := maps.Clone(ran)
+		clear(ran)
+		return m
+	}
+	for range 200 {
+		call()
+	}
+	// A call may start before the worker that answered the last one waits again: then
+	// another starts, up to the idle bound.
+	require.LessOrEqual(t, len(taken()), maxIdleWorkers+1, "200 sequential exchanges, goroutines")
+
+	const n = 2 * maxIdleWorkers
+	hold.Store(n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); call() }()
+	}
+	require.Eventually(t, func() bool { return hold.Load() == 0 }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	burst := taken()
+	require.Len(t, burst, n, "the burst's exchanges ran at once")
+	for range 50 {
+		call()
+	}
+	for id := range taken() {
+		require.Contains(t, burst, id, "after the burst, exchanges run on its waiting workers")
+	}
 }
