@@ -182,6 +182,7 @@ const (
 // encoder lane's lock held (size), or from the control reader (waited).
 type windowPolicy struct {
 	fixed       uint64       // > 0: this window; 0: auto
+	bulk        uint64       // > 0: the window of bulk messages; 0: bulkWindow
 	strictUntil atomic.Int64 // unix nanos
 	gauge       interface{ Set(float64) }
 }
@@ -341,11 +342,21 @@ func (c *conn) encode(e tunnel.Encoding, raw []byte, bulk bool, until time.Time)
 	return head{Codec: id, Mode: modeStateless, RawLen: uint64(len(raw))}, p
 }
 
-// bulkWindow is the window of bulk messages (Stream.SetBulk): how many unacknowledged
-// messages one may be coded behind. Deep enough for a slow link's round trip of one-way
-// deliveries (gprs: about 100 a second, 0.8-4 s), small enough that the messages waiting
-// at the receiver for an earlier one's resend hold little.
-const bulkWindow = 256
+// bulkWindow is the default window of bulk messages (Stream.SetBulk): how many
+// unacknowledged messages one may be coded behind. As many as the edge delivers at once
+// and a connection carries (1,024 each): with 256, deliveries on gprs were held to 256
+// per loaded round trip (3-4 s behind a full queue), about 55 a second. The messages
+// waiting at the receiver for an earlier one's resend are the edge's deliveries in flight,
+// at most 32 MiB (proxy's maxInFlightBytes); the origin's answers to them are empty.
+const bulkWindow = 1024
+
+// bulkSize is the window of bulk messages.
+func (w *windowPolicy) bulkSize() uint64 {
+	if w.bulk > 0 {
+		return w.bulk
+	}
+	return bulkWindow
+}
 
 func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time) (head, []byte, error) {
 	l := &c.enc
@@ -353,7 +364,7 @@ func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time)
 	defer l.mu.Unlock()
 	window := c.window.size()
 	if bulk {
-		window = max(window, bulkWindow)
+		window = max(window, c.window.bulkSize())
 	}
 	if bulk {
 		c.waitRoom(window, until)

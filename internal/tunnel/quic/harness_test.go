@@ -111,13 +111,15 @@ type pair struct {
 type pairOptions struct {
 	codecs   bool
 	encoding tunnel.Encoding
-	edgeKey  string        // key file content for the edge; default the origin's
-	plain    bool          // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
-	window   int           // sequenced window, both sides
-	copies   bool          // redundancy on the edge
-	instance func() string // the origin's tunnel.Config.Instance
-	insecure bool          // insecure: true on both sides (encrypted, nobody verified)
-	stream   bool          // zstd-streaming on both sides (with codecs)
+	edgeKey  string // key file content for the edge; default the origin's
+	plain    bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
+	window   int    // sequenced window, both sides
+	// bulkWindow is the window of bulk messages, both sides (0: the default).
+	bulkWindow int
+	copies     bool          // redundancy on the edge
+	instance   func() string // the origin's tunnel.Config.Instance
+	insecure   bool          // insecure: true on both sides (encrypted, nobody verified)
+	stream     bool          // zstd-streaming on both sides (with codecs)
 	// keepalive is both sides' keepalive interval and timeout (default 2 s); the QUIC
 	// idle timeout is the interval plus max(timeout, 1 s).
 	keepalive time.Duration
@@ -170,7 +172,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	if os.Getenv("QUIC_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window}, m, log,
+	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window, BulkWindow: o.bulkWindow}, m, log,
 		func(ctx context.Context, st *Stream) { (*p.handler.Load())(ctx, st) })
 	echo := Handler(echoHandler)
 	p.handler.Store(&echo)
@@ -179,7 +181,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	served := make(chan error, 1)
 	go func() { served <- p.srv.Serve(pc) }()
 	p.peer = NewPeer(context.Background(), PeerConfig{
-		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window, Redundancy: o.copies,
+		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window, BulkWindow: o.bulkWindow, Redundancy: o.copies,
 		TLS:   func() *tls.Config { return client.TLSConfig(ALPN) },
 		Prove: client.ProveEdge,
 		ListenPacket: func() (net.PacketConn, error) {

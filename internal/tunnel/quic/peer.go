@@ -42,6 +42,8 @@ type PeerConfig struct {
 	// blocking for compression under concurrency. 0 (default): auto, 16 while the path
 	// loses (almost) no packets, 1 while it does (SPEC.md).
 	SequencedWindow int
+	// BulkWindow is the window of bulk messages (Stream.SetBulk); 0: bulkWindow.
+	BulkWindow int
 	// Redundancy sends each message that fits one packet a second time, as a QUIC
 	// datagram a few ms after its stream data, and the origin does the same for its
 	// answers: a lost packet then rarely costs a probe timeout (redundant.go). It costs
@@ -290,6 +292,7 @@ func (p *Peer) connect() (*conn, net.PacketConn, error) {
 	}
 	c := newConn(qc, p.session, p.m, p.cfg.Name, p.log)
 	c.window.fixed = uint64(max(p.cfg.SequencedWindow, 0))
+	c.window.bulk = uint64(max(p.cfg.BulkWindow, 0))
 	c.window.gauge = p.m.window.WithLabelValues(p.cfg.Name)
 	ctrl, err := qc.OpenStreamSync(ctx)
 	if err != nil {

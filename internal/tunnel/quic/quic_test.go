@@ -373,13 +373,16 @@ func TestSequentialExchangeOnePacketEachWay(t *testing.T) {
 
 // TestBulkMessagesCodedBehindFullWindow: with the window at 1 (a lossy path), messages
 // sent at once go stateless, except bulk ones (one-way deliveries from the spool), which
-// are coded on the shared state behind each other (more than bulkWindow of them wait for
-// room rather than going stateless) and decoded in order at the receiver, byte for byte,
-// whatever order their streams arrive in.
+// are coded on the shared state behind each other (more than the bulk window of them wait
+// for room rather than going stateless) and decoded in order at the receiver, byte for
+// byte, whatever order their streams arrive in.
 func TestBulkMessagesCodedBehindFullWindow(t *testing.T) {
 	// 300 exchanges at once with the race detector on a busy machine can leave the
 	// connection without a packet for longer than the harness's 2 s keepalive.
-	p := newPair(t, pairOptions{codecs: true, window: 1, keepalive: 10 * time.Second})
+	// A bulk window below the default: more exchanges than it at once, all of them
+	// within the origin's stream limit (1,024).
+	const testBulkWindow = 256
+	p := newPair(t, pairOptions{codecs: true, window: 1, bulkWindow: testBulkWindow, keepalive: 10 * time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, err := p.call(ctx, soapMessage(0, 500))
@@ -389,7 +392,7 @@ func TestBulkMessagesCodedBehindFullWindow(t *testing.T) {
 	}
 	// Each handler holds its request unanswered until all of them are in, so every
 	// message is sent while the others are unacknowledged.
-	const n = bulkWindow + 44
+	const n = testBulkWindow + 44
 	type gate struct {
 		arrived sync.WaitGroup
 		all     chan struct{}

@@ -48,6 +48,8 @@ type ServerConfig struct {
 	StatelessResetKey *quicgo.StatelessResetKey
 	// SequencedWindow is as PeerConfig.SequencedWindow, for responses.
 	SequencedWindow int
+	// BulkWindow is as PeerConfig.BulkWindow, for answers to bulk messages.
+	BulkWindow int
 }
 
 func (c ServerConfig) withDefaults() ServerConfig {
@@ -322,6 +324,7 @@ func (s *Server) handshake(qc *quicgo.Conn) (*conn, error) {
 	}
 	c := newConn(qc, s.session, s.m, "", s.log)
 	c.window.fixed = uint64(max(s.cfg.SequencedWindow, 0))
+	c.window.bulk = uint64(max(s.cfg.BulkWindow, 0))
 	c.ctrl = ctrl
 	br := bufio.NewReaderSize(ctrl, 1024)
 	if err := c.exchangeHellos(br, s.cfg.MaxStreams); err != nil {

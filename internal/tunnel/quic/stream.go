@@ -124,7 +124,7 @@ func (st *Stream) Write(p []byte) (int, error) {
 
 // SetBulk marks the outgoing message as bulk: nobody waits on its latency (a one-way
 // message delivered from the edge's spool). It is then coded on the shared codec state
-// even while the window is full, behind up to bulkWindow unacknowledged messages, so it may
+// even while the window is full, behind up to 1,024 unacknowledged messages, so it may
 // wait at the receiver for an earlier message's lost packets (SPEC.md, "Codec state");
 // other messages keep the window and are never held up behind it. Without this, the
 // deliveries of a spool that many at once went stateless on a lossy path (the window is 1
