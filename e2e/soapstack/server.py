@@ -140,6 +140,12 @@ def dechunk_middleware(app):
 class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's listen backlog is 5. The origin delivers a spool's one-way messages
+    # at once, a connection each (wsgiref closes after every answer): on a busy machine
+    # the accept queue overflowed, connects waited 1 s for a SYN resend, and one got a
+    # reset after its request was sent, which the origin must count as in doubt (it
+    # cannot know whether the server ran it). Servers in production listen with 100+.
+    request_queue_size = 128
 
 
 class QuietHandler(WSGIRequestHandler):
