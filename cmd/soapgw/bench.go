@@ -31,6 +31,7 @@ type benchOptions struct {
 	profBudget  time.Duration
 	runTimeout  time.Duration
 	binary      string
+	binaries    map[string]string
 	deliveries  int
 	out         string
 	workDir     string
@@ -97,6 +98,7 @@ soapgw/identity and nginx-pair when nginx is installed.`,
 	f.DurationVar(&o.profBudget, "profile-budget", bench.DefaultProfileBudget, "without --scenarios: estimated time per profile and configuration; runs beyond it are left out by priority (0: no bound)")
 	f.DurationVar(&o.runTimeout, "run-timeout", bench.DefaultRunTimeout, "bound on one run; calls not started by then are left out (truncated)")
 	f.StringVar(&o.binary, "binary", "", "soapgw binary for the soapgw configurations (default: this executable)")
+	f.StringToStringVar(&o.binaries, "binary-as", nil, "LABEL=PATH: another soapgw binary, run by configurations named <config>@LABEL (e.g. soapgw-udp/auto@before), to compare builds on the same links in one run")
 	f.IntVar(&o.deliveries, "oneway-deliveries", 0, "edge.one_way.deliveries of the soapgw configurations: one-way messages delivered at once (default: soapgw's, 1024)")
 	f.StringVar(&o.out, "out", "bench-results", "directory for results.json, report.md and the charts")
 	f.StringVar(&o.workDir, "work-dir", "", "keep generated configurations and logs here (default: a temp dir, removed)")
@@ -153,6 +155,7 @@ func (o *benchOptions) options(cmd *cobra.Command) (bench.Options, error) {
 	} else if exe, err := os.Executable(); err == nil && !strings.HasSuffix(exe, ".test") {
 		opts.Binary = exe
 	}
+	opts.Binaries = o.binaries
 	if o.smoke {
 		if !cmd.Flags().Changed("run-timeout") {
 			opts.RunTimeout = 0 // the smoke default

@@ -201,6 +201,44 @@ func TestBenchOneWayOnLoopback(t *testing.T) {
 	require.Contains(t, stdout, "delivered/s")
 }
 
+// TestBenchComparesBuildsOnLoopback: --binary-as runs a configuration named
+// <config>@LABEL with the binary labelled LABEL, beside the same configuration with
+// --binary, in one invocation: both answer byte for byte, and each ran its own binary.
+func TestBenchComparesBuildsOnLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gateway processes")
+	}
+	exe := benchAsChild(t)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "other-ran")
+	other := filepath.Join(dir, "other-soapgw")
+	require.NoError(t, os.WriteFile(other, []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\nexec "+exe+" \"$@\"\n"), 0o755))
+	out := t.TempDir()
+	code, stdout, stderr := runCLI(t, "bench", "--profiles", "loopback", "--scenarios", "stress", "--concurrency", "1",
+		"--calls", "10", "--configs", "soapgw/identity,soapgw/identity@other", "--binary", exe, "--binary-as", "other="+other, "--out", out)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	require.Len(t, res.Runs, 2)
+	for _, r := range res.Runs {
+		require.Equal(t, bench.StatusOK, r.Status, "%s: %s", r.Config, r.Reason)
+		require.Equal(t, 10, r.OK)
+	}
+	require.Equal(t, "soapgw/identity@other", res.Runs[1].Config)
+	ran, err := os.ReadFile(marker)
+	require.NoError(t, err, "the labelled configuration did not run the other binary")
+	require.Equal(t, 2, strings.Count(string(ran), "run --config"), "edge and origin, once each:\n%s", ran)
+	for _, c := range res.Configs {
+		if c.Name == "soapgw/identity@other" {
+			require.Contains(t, c.Description, "(binary "+other+")")
+		}
+	}
+
+	code, _, stderr = runCLI(t, "bench", "--profiles", "loopback", "--configs", "soapgw/identity@nope", "--out", t.TempDir())
+	require.NotEqual(t, exitOK, code)
+	require.Contains(t, stderr, `no binary labelled "nope"`)
+}
+
 // TestBenchCPUOnLoopback: `soapgw bench cpu` runs every case through nginx-pair and
 // soapgw interleaved, byte-checked, and reports CPU per exchange per process with the
 // ratio to nginx-pair. It asserts that figures exist, never what they are.

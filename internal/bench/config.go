@@ -127,6 +127,31 @@ func ConfigByName(name string) (Config, error) {
 	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> (TCP tunnel), soapgw-udp/<codec> (UDP tunnel), soapgw-udp-redundant/<codec>, with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
 }
 
+// resolveConfig resolves a configuration name, "name" or "name@label", to the
+// configuration and the soapgw binary it runs: binary for a plain name, binaries[label]
+// for a labelled one, so two builds run side by side in one invocation (--binary-as).
+func resolveConfig(name, binary string, binaries map[string]string) (Config, string, error) {
+	base, label, labelled := strings.Cut(name, "@")
+	cfg, err := ConfigByName(base)
+	if err != nil || !labelled {
+		return cfg, binary, err
+	}
+	bin, ok := binaries[label]
+	if !ok || bin == "" {
+		return nil, "", fmt.Errorf("configuration %q: no binary labelled %q (--binary-as %s=PATH)", name, label, label)
+	}
+	return labelledConfig{Config: cfg, name: name, binary: bin}, bin, nil
+}
+
+// labelledConfig is a configuration run by another soapgw binary (resolveConfig).
+type labelledConfig struct {
+	Config
+	name, binary string
+}
+
+func (c labelledConfig) Name() string     { return c.name }
+func (c labelledConfig) Describe() string { return c.Config.Describe() + " (binary " + c.binary + ")" }
+
 // directConfig: the client calls the server across the link, HTTP/1.0, a connection
 // per call: what legacy clients do today.
 type directConfig struct{}

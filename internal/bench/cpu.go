@@ -178,16 +178,7 @@ func (o CPUOptions) withDefaults() (CPUOptions, error) {
 // config resolves a configuration name, "name" or "name@label" (Binaries[label]), to
 // the configuration and the soapgw binary it runs.
 func (o CPUOptions) config(name string) (Config, string, error) {
-	base, label, labelled := strings.Cut(name, "@")
-	cfg, err := ConfigByName(base)
-	if err != nil || !labelled {
-		return cfg, o.Binary, err
-	}
-	bin, ok := o.Binaries[label]
-	if !ok || bin == "" {
-		return nil, "", fmt.Errorf("configuration %q: no binary labelled %q (--binary-as %s=PATH)", name, label, label)
-	}
-	return cfg, bin, nil
+	return resolveConfig(name, o.Binary, o.Binaries)
 }
 
 // CompareCPU runs the loopback CPU comparison. The error is for what stopped it from
@@ -243,9 +234,6 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 	for i, name := range o.Configs {
 		cfg, binary, _ := o.config(name)
 		info := ConfigInfo{Name: name, Profile: LoopbackProfile, Description: cfg.Describe(), Status: StatusOK}
-		if binary != o.Binary {
-			info.Description += " (binary " + binary + ")"
-		}
 		dir := filepath.Join(work, fmt.Sprintf("%02d-%s", i, strings.NewReplacer("/", "-", "@", "-").Replace(name)))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err

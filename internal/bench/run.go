@@ -34,6 +34,10 @@ type Options struct {
 	// Binary is the soapgw executable; BinaryEnv extra environment for it.
 	Binary    string
 	BinaryEnv []string
+	// Binaries are other soapgw executables by label: a configuration named
+	// "soapgw/auto@before" runs soapgw/auto with Binaries["before"], so two builds are
+	// compared on the same links in one invocation.
+	Binaries map[string]string
 	// OneWayDeliveries sets edge.one_way.deliveries (the messages the soapgw edge
 	// delivers at once) in the soapgw configurations; 0 leaves soapgw's default.
 	OneWayDeliveries int
@@ -364,7 +368,7 @@ func (o Options) resolve() (_ Options, profiles []Profile, configs []Config, err
 	for _, name := range o.Configs {
 		c, ok := o.extraConfigs[name]
 		if !ok {
-			if c, err = ConfigByName(name); err != nil {
+			if c, _, err = resolveConfig(name, o.Binary, o.Binaries); err != nil {
 				return o, nil, nil, err
 			}
 		}
@@ -703,12 +707,16 @@ func runProfile(ctx context.Context, o Options, res *Results, pi int, p Profile,
 			return
 		}
 		info := ConfigInfo{Name: cfg.Name(), Profile: p.Name, Description: cfg.Describe(), Status: StatusOK}
-		dir := filepath.Join(work, p.Name, fmt.Sprintf("%02d-%s", ci, strings.ReplaceAll(cfg.Name(), "/", "-")))
+		dir := filepath.Join(work, p.Name, fmt.Sprintf("%02d-%s", ci, strings.NewReplacer("/", "-", "@", "-").Replace(cfg.Name())))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			info.Status, info.Reason = StatusFailed, err.Error()
 		}
+		binary := o.Binary
+		if l, ok := cfg.(labelledConfig); ok {
+			binary = l.binary
+		}
 		env := &Env{Client: link.Client(), Server: link.Server(), Upstream: srv.Addr(), Dir: dir,
-			Binary: o.Binary, BinaryEnv: o.BinaryEnv, Profile: p, OneWay: oneWay, OneWayDeliveries: o.OneWayDeliveries}
+			Binary: binary, BinaryEnv: o.BinaryEnv, Profile: p, OneWay: oneWay, OneWayDeliveries: o.OneWayDeliveries}
 		prog.set(p.Name, "", 0, cfg.Name()+": starting", 0)
 		var st *Started
 		if info.Status == StatusOK {
