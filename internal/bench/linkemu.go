@@ -86,7 +86,7 @@ func fromDir(d linkemu.DirStats) DirStats {
 		TCPDataPackets: d.TCPDataPackets, TCPDataBytes: d.TCPDataBytes,
 		UDPPackets: d.UDPPackets, UDPBytes: d.UDPBytes,
 		OtherPackets: d.OtherPackets, OtherBytes: d.OtherBytes,
-		Dropped: d.Dropped, Duplicated: d.Duplicated, Reordered: d.Reordered, QueueDrops: d.QueueDrops,
+		Dropped: d.Dropped, Duplicated: d.Duplicated, Reordered: d.Reordered, QueueDrops: d.QueueDrops, QueueDropBytes: d.QueueDropBytes,
 	}
 }
 

@@ -363,7 +363,7 @@ const (
 // writeDeliveryTable is a one-way scenario's second table: when the server had the
 // calls, and what that is against the link's bandwidth.
 func writeDeliveryTable(b *strings.Builder, r *Results, profile, scenario string, mode int, configs []string) {
-	b.WriteString("Delivery: the measured calls as the server received them (each byte for byte; the run waits for every call the client saw acknowledged before it reads the link and CPU counters). delivery s: from the first call's start to the last arrival; msgs/s = messages delivered / delivery s; link allows: the link's rate over the IP bytes per message, in the tighter direction.\n\n")
+	b.WriteString("Delivery: the measured calls as the server received them (each byte for byte; the run waits for every call the client saw acknowledged before it reads the link and CPU counters). delivery s: from the first call's start to the last arrival; msgs/s = messages delivered / delivery s; link allows: the link's rate over the IP bytes per message the link carried (those of packets its queue dropped are left out: they took none of its time), in the tighter direction.\n\n")
 	b.WriteString("| configuration | status | calls acknowledged | delivered | duplicates | client p50 ms | client p99 ms | delivery s | last arrival after last call s | msgs/s delivered | up B/msg | down B/msg | total B/msg | link allows msgs/s | delivered / allowed |\n")
 	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range configs {
@@ -402,7 +402,7 @@ func writeOneWay(b *strings.Builder, r *Results, configs []string) {
 		for _, mode := range modesOfScenario(r, spec.Name) {
 			if !header {
 				b.WriteString("## One-way messaging\n\n")
-				fmt.Fprintf(b, "Goals (issue 18 item 5), reported, not asserted: client latency ≤ %g ms on every profile; messages delivered per second ≥ %.0f %% of what the link's bandwidth allows for the IP bytes each message takes on it. A configuration that only forwards (direct, nginx-pair) makes a one-way call synchronous: the client waits the round trip for the server's 202. Messages cannot be delivered faster than the client sends them (client calls/s) nor than the link allows.\n\n",
+				fmt.Fprintf(b, "Goals (issue 18 item 5), reported, not asserted: client latency ≤ %g ms on every profile; messages delivered per second ≥ %.0f %% of what the link's bandwidth allows for the IP bytes each message takes on it (as the link carried them: packets its queue dropped are left out). A configuration that only forwards (direct, nginx-pair) makes a one-way call synchronous: the client waits the round trip for the server's 202. Messages cannot be delivered faster than the client sends them (client calls/s) nor than the link allows.\n\n",
 					oneWayLatencyGoalMS, 100*oneWayLinkGoal)
 				header = true
 			}

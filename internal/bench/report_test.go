@@ -166,7 +166,7 @@ func TestWriteOneWayReport(t *testing.T) {
 		r.Scenarios = append(r.Scenarios, spec)
 	}
 	mk := func(scen, cfg string, p50, p99, perSec, up, down float64) RunResult {
-		e := &PerExchange{UpBytes: up, DownBytes: down, TotalBytes: up + down, Packets: 3}
+		e := &PerExchange{UpBytes: up, DownBytes: down, UpCarried: up, DownCarried: down, TotalBytes: up + down, Packets: 3}
 		allow := linkAllows(gprs, e)
 		return RunResult{Profile: "gprs", Scenario: scen, Concurrency: 1, Config: cfg, Status: StatusOK, Planned: 100, Started: 100, OK: 100,
 			Latency: Latency{N: 100, P50: p50, P90: p50, P99: p99, Max: p99}, TotalMS: 100 * p50, CallsPerSec: 1000 / p50,

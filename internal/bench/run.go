@@ -162,14 +162,17 @@ type Delivery struct {
 	PerSec        float64 `json:"messages_per_s"`
 	AfterClientMS float64 `json:"after_client_ms"`
 	// LinkAllowsPerSec is the messages per second the link's bandwidth allows at the
-	// measured IP bytes per exchange, the tighter of the two directions (0: no rate
-	// limit, or no packet counts); LinkRatio is PerSec / LinkAllowsPerSec.
+	// measured IP bytes per exchange it carried (PerExchange.UpCarried, DownCarried), the
+	// tighter of the two directions (0: no rate limit, or no packet counts); LinkRatio is
+	// PerSec / LinkAllowsPerSec: how much of the link the messages used.
 	LinkAllowsPerSec float64 `json:"link_allows_per_s,omitempty"`
 	LinkRatio        float64 `json:"link_ratio,omitempty"`
 }
 
-// linkAllows is the messages per second a link's rate limits allow at e's bytes per
-// exchange in each direction: the tighter direction's (0: neither direction is limited).
+// linkAllows is the messages per second a link's rate limits allow at the bytes per
+// exchange the link carried in each direction: the tighter direction's (0: neither
+// direction is limited). Carried, not offered: bytes the queue dropped took none of the
+// link's time, and counting them read as more than 100 % of the link.
 func linkAllows(p Profile, e *PerExchange) float64 {
 	if e == nil {
 		return 0
@@ -178,7 +181,7 @@ func linkAllows(p Profile, e *PerExchange) float64 {
 	for _, d := range []struct {
 		bps   int64
 		bytes float64
-	}{{p.Up.RateBps, e.UpBytes}, {p.Down.RateBps, e.DownBytes}} {
+	}{{p.Up.RateBps, e.UpCarried}, {p.Down.RateBps, e.DownCarried}} {
 		if d.bps <= 0 || d.bytes <= 0 {
 			continue
 		}
@@ -202,6 +205,11 @@ type PerExchange struct {
 	Packets        float64 `json:"packets"`
 	UpBytes        float64 `json:"up_bytes"`
 	DownBytes      float64 `json:"down_bytes"`
+	// UpCarried and DownCarried are the IP bytes the link's bottleneck carried in each
+	// direction: UpBytes and DownBytes without the packets its queue dropped (a sender
+	// that overfills the queue offers more bytes than the link can carry).
+	UpCarried   float64 `json:"up_carried_bytes"`
+	DownCarried float64 `json:"down_carried_bytes"`
 }
 
 // ProcResult is one middle-box process's cost during the measured calls.
@@ -970,6 +978,8 @@ func perExchange(ls LinkStats, n int) *PerExchange {
 		Packets:        f(u.Packets, d.Packets),
 		UpBytes:        f(u.Bytes, 0),
 		DownBytes:      f(d.Bytes, 0),
+		UpCarried:      f(u.Bytes-min(u.QueueDropBytes, u.Bytes), 0),
+		DownCarried:    f(d.Bytes-min(d.QueueDropBytes, d.Bytes), 0),
 	}
 }
 

@@ -347,8 +347,11 @@ func TestRunOneWayOnLoopback(t *testing.T) {
 
 func TestLinkAllowsAndDelivery(t *testing.T) {
 	gprs := Profile{Up: Shape{RateBps: 40_000}, Down: Shape{RateBps: 40_000}}
-	e := &PerExchange{UpBytes: 250, DownBytes: 50, TotalBytes: 300}
-	require.InDelta(t, 20.0, linkAllows(gprs, e), 1e-9, "40 kbit/s = 5000 B/s over 250 B up")
+	// 1,000 exchanges: 300 kB offered up, 50 kB of it dropped by the queue; 50 kB down.
+	e := perExchange(LinkStats{Up: DirStats{Bytes: 300_000, QueueDropBytes: 50_000}, Down: DirStats{Bytes: 50_000}}, 1000)
+	require.InDelta(t, 300.0, e.UpBytes, 1e-9, "offered")
+	require.InDelta(t, 250.0, e.UpCarried, 1e-9, "carried")
+	require.InDelta(t, 20.0, linkAllows(gprs, e), 1e-9, "40 kbit/s = 5000 B/s over the 250 B carried up")
 	asym := Profile{Up: Shape{RateBps: 8_000_000}, Down: Shape{RateBps: 80_000}}
 	require.InDelta(t, 200.0, linkAllows(asym, e), 1e-9, "the tighter direction: 10 kB/s down over 50 B")
 	require.Zero(t, linkAllows(Profile{}, e), "no rate limit")

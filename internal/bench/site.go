@@ -96,6 +96,7 @@ type DirStats struct {
 	Duplicated     uint64 `json:"duplicated"`
 	Reordered      uint64 `json:"reordered"`
 	QueueDrops     uint64 `json:"queue_drops"`
+	QueueDropBytes uint64 `json:"queue_drop_bytes"`
 }
 
 // LinkStats is both directions.

@@ -132,7 +132,7 @@ func (p *pipe) admit(pk *packet, now int64) {
 	sp := p.params.Load()
 
 	if len(p.q) >= maxQueued {
-		p.st.queueDrops.Add(1)
+		p.st.queueDrop(len(b))
 		putPacket(pk)
 		return
 	}
@@ -147,7 +147,7 @@ func (p *pipe) admit(pk *packet, now int64) {
 		if start-now+tx > sp.queueNs && start > now {
 			// Never drop into an idle link, even if one packet alone is
 			// longer than the queue (tiny queue, huge packet).
-			p.st.queueDrops.Add(1)
+			p.st.queueDrop(len(b))
 			putPacket(pk)
 			return
 		}

@@ -210,6 +210,9 @@ func TestPipeRateAndQueue(t *testing.T) {
 	if st.QueueDrops+uint64(len(m.out)) != n {
 		t.Fatalf("queue drops %d + delivered %d != %d", st.QueueDrops, len(m.out), n)
 	}
+	if st.QueueDropBytes != st.QueueDrops*size || st.Bytes != n*size {
+		t.Fatalf("queue drop bytes %d of %d offered, want %d", st.QueueDropBytes, st.Bytes, st.QueueDrops*size)
+	}
 	first, last := m.out[0], m.out[len(m.out)-1]
 	bits := float64((len(m.out) - 1) * size * 8)
 	got := bits / (float64(last.at-first.at) / 1e9)

@@ -15,7 +15,9 @@ import (
 // unparsable); their Packets add up to Packets.
 //
 // Dropped counts random losses (Shape.Loss), QueueDrops tail drops at the
-// bottleneck (and drops because the emulator's own queue was full),
+// bottleneck (and drops because the emulator's own queue was full), and
+// QueueDropBytes their IP bytes: those never took the bottleneck's time (a
+// random loss did: it happens on the link, after serialization),
 // Duplicated the extra copies delivered, Reordered the packets that
 // overtook at least one packet in flight. The receiver therefore got
 // Packets - Dropped - QueueDrops + Duplicated packets.
@@ -26,7 +28,7 @@ type DirStats struct {
 	UDPPackets, UDPBytes           uint64
 	OtherPackets, OtherBytes       uint64
 	Dropped, Duplicated, Reordered uint64
-	QueueDrops                     uint64
+	QueueDrops, QueueDropBytes     uint64
 }
 
 // Stats is a snapshot of both directions; Up is client to server.
@@ -40,7 +42,7 @@ type counters struct {
 	udpPackets, udpBytes           atomic.Uint64
 	otherPackets, otherBytes       atomic.Uint64
 	dropped, duplicated, reordered atomic.Uint64
-	queueDrops                     atomic.Uint64
+	queueDrops, queueDropBytes     atomic.Uint64
 }
 
 func (c *counters) snapshot() DirStats {
@@ -51,7 +53,7 @@ func (c *counters) snapshot() DirStats {
 		UDPPackets: c.udpPackets.Load(), UDPBytes: c.udpBytes.Load(),
 		OtherPackets: c.otherPackets.Load(), OtherBytes: c.otherBytes.Load(),
 		Dropped: c.dropped.Load(), Duplicated: c.duplicated.Load(), Reordered: c.reordered.Load(),
-		QueueDrops: c.queueDrops.Load(),
+		QueueDrops: c.queueDrops.Load(), QueueDropBytes: c.queueDropBytes.Load(),
 	}
 }
 
@@ -59,10 +61,16 @@ func (c *counters) reset() {
 	for _, v := range []*atomic.Uint64{
 		&c.packets, &c.bytes, &c.pureTCPPackets, &c.pureTCPBytes, &c.tcpDataPackets, &c.tcpDataBytes,
 		&c.udpPackets, &c.udpBytes, &c.otherPackets, &c.otherBytes,
-		&c.dropped, &c.duplicated, &c.reordered, &c.queueDrops,
+		&c.dropped, &c.duplicated, &c.reordered, &c.queueDrops, &c.queueDropBytes,
 	} {
 		v.Store(0)
 	}
+}
+
+// queueDrop counts a tail-dropped packet of n bytes.
+func (c *counters) queueDrop(n int) {
+	c.queueDrops.Add(1)
+	c.queueDropBytes.Add(uint64(n))
 }
 
 // count classifies one IP packet and adds it to the counters.
