@@ -4,8 +4,10 @@ BIN := bin/soapgw
 
 .PHONY: build test test-deps test-short demo bench bench-smoke bench-suite bench-targets bench-cpu pgo fuzz lint clean
 
+# -buildvcs=auto records the commit (soapgw version prints it) even where the
+# environment's GOFLAGS turns it off; outside a git checkout it records nothing.
 build:
-	$(GO) build -o $(BIN) ./cmd/soapgw
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/soapgw
 
 # What the tests need from the system first (test-deps), then every package with the race
 # detector, the end-to-end tests that run the built binary against real peers (Python

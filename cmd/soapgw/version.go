@@ -12,13 +12,34 @@ import (
 var version = "dev"
 
 func versionString() string {
-	v := version
+	var settings []debug.BuildSetting
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
+		settings = bi.Settings
+	}
+	return versionWith(version, settings)
+}
+
+// versionWith appends the commit the binary was built from, when the build recorded it
+// (go build in a git checkout; `make build` asks for it even where GOFLAGS says
+// -buildvcs=false), and "-modified" for a build with uncommitted changes, so a benchmark
+// report or a bug report names the exact code.
+func versionWith(v string, settings []debug.BuildSetting) string {
+	var rev string
+	var modified bool
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
 		}
+	}
+	if len(rev) < 12 {
+		return v
+	}
+	v += "+" + rev[:12]
+	if modified {
+		v += "-modified"
 	}
 	return v
 }
