@@ -40,6 +40,18 @@ func benchAsChild(t *testing.T) string {
 	return exe
 }
 
+// benchCLI runs `soapgw bench args --out DIR`, requires it to succeed and returns its
+// results, DIR and its standard output.
+func benchCLI(t *testing.T, args ...string) (res *bench.Results, out, stdout string) {
+	t.Helper()
+	out = t.TempDir()
+	code, stdout, stderr := runCLI(t, append(append([]string{"bench"}, args...), "--out", out)...)
+	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
+	require.NoError(t, err)
+	return res, out, stdout
+}
+
 func TestBenchSmokeOnLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts gateway processes")
@@ -136,12 +148,8 @@ func TestBenchUDPTunnelOnEmulatedLAN(t *testing.T) {
 	defer cancel()
 	testutil.Needs(t, "the link emulator (root, ip netns, /dev/net/tun)", bench.ProbeEmulator(ctx), "run as root with iproute2 (make test-deps)")
 	exe := benchAsChild(t)
-	out := t.TempDir()
-	code, stdout, stderr := runCLI(t, "bench", "--profiles", "lan", "--scenarios", "stress", "--concurrency", "1", "--calls", "30",
-		"--configs", "soapgw/token,soapgw-udp/token", "--binary", exe, "--out", out)
-	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
-	require.NoError(t, err)
+	res, _, stdout := benchCLI(t, "--profiles", "lan", "--scenarios", "stress", "--concurrency", "1", "--calls", "30",
+		"--configs", "soapgw/token,soapgw-udp/token", "--binary", exe)
 	require.Len(t, res.Runs, 2)
 	for _, r := range res.Runs {
 		require.Equal(t, bench.StatusOK, r.Status, "%s: %s", r.Config, r.Reason)
@@ -169,12 +177,9 @@ func TestBenchOneWayOnLoopback(t *testing.T) {
 		t.Skip("starts gateway processes")
 	}
 	exe := benchAsChild(t)
-	out, work := t.TempDir(), t.TempDir()
-	code, stdout, stderr := runCLI(t, "bench", "--profiles", "loopback", "--scenarios", "stress,stress-oneway", "--concurrency", "1,4",
-		"--calls", "30", "--configs", "direct,soapgw/identity", "--binary", exe, "--out", out, "--work-dir", work)
-	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
-	require.NoError(t, err)
+	work := t.TempDir()
+	res, out, stdout := benchCLI(t, "--profiles", "loopback", "--scenarios", "stress,stress-oneway", "--concurrency", "1,4",
+		"--calls", "30", "--configs", "direct,soapgw/identity", "--binary", exe, "--work-dir", work)
 	require.Len(t, res.Runs, 8)
 	for _, r := range res.Runs {
 		require.Equal(t, bench.StatusOK, r.Status, "%s %s: %s", r.Scenario, r.Config, r.Reason)
@@ -213,12 +218,8 @@ func TestBenchComparesBuildsOnLoopback(t *testing.T) {
 	marker := filepath.Join(dir, "other-ran")
 	other := filepath.Join(dir, "other-soapgw")
 	require.NoError(t, os.WriteFile(other, []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\nexec "+exe+" \"$@\"\n"), 0o755))
-	out := t.TempDir()
-	code, stdout, stderr := runCLI(t, "bench", "--profiles", "loopback", "--scenarios", "stress", "--concurrency", "1",
-		"--calls", "10", "--configs", "soapgw/identity,soapgw/identity@other", "--binary", exe, "--binary-as", "other="+other, "--out", out)
-	require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-	res, err := bench.ReadResults(filepath.Join(out, "results.json"))
-	require.NoError(t, err)
+	res, _, _ := benchCLI(t, "--profiles", "loopback", "--scenarios", "stress", "--concurrency", "1",
+		"--calls", "10", "--configs", "soapgw/identity,soapgw/identity@other", "--binary", exe, "--binary-as", "other="+other)
 	require.Len(t, res.Runs, 2)
 	for _, r := range res.Runs {
 		require.Equal(t, bench.StatusOK, r.Status, "%s: %s", r.Config, r.Reason)
@@ -234,7 +235,7 @@ func TestBenchComparesBuildsOnLoopback(t *testing.T) {
 		}
 	}
 
-	code, _, stderr = runCLI(t, "bench", "--profiles", "loopback", "--configs", "soapgw/identity@nope", "--out", t.TempDir())
+	code, _, stderr := runCLI(t, "bench", "--profiles", "loopback", "--configs", "soapgw/identity@nope", "--out", t.TempDir())
 	require.NotEqual(t, exitOK, code)
 	require.Contains(t, stderr, `no binary labelled "nope"`)
 }

@@ -189,8 +189,8 @@ func (srv *Server) handshake(conn net.Conn) (s *Session, who, result string, err
 const maxIdleWorkers = 16
 
 // serveSession serves s's streams until the session or the server ends, then releases
-// the session's slot (taken by handshake). Exchanges still running then (the origin's held exchanges outlive
-// their connection) go on; it returns once they are done.
+// the session's slot (taken by handshake). Exchanges still running then go on (the
+// origin's held exchanges outlive their connection); it returns once they are done.
 //
 // Streams are served by workers: each waits in AcceptStream, serves the stream it gets
 // and waits again, and the worker that takes the last waiting one's place starts another.

@@ -365,8 +365,6 @@ func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time)
 	window := c.window.size()
 	if bulk {
 		window = max(window, c.window.bulkSize())
-	}
-	if bulk {
 		c.waitRoom(window, until)
 	}
 	if l.sent-l.acked >= window {
