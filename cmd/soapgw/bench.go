@@ -52,8 +52,9 @@ Configurations: direct (the client calls the server across the link, HTTP/1.0, a
 per call), nginx-pair (Debian's nginx beside each side: keep-alive HTTP/1.1 and gzip across
 the link), soapgw/<codec> (this binary as edge and origin over the TCP tunnel; codec
 identity, gzip, zstd, zstd-stream, token or auto), soapgw-udp/<codec> (the same over the
-UDP tunnel, QUIC) and soapgw-udp-redundant/<codec> (UDP with small messages sent twice:
-edge.peers[].redundancy). A configuration that cannot run here (nginx missing, a codec
+UDP tunnel, QUIC, small messages sent once), soapgw-udp-auto/<codec> (sent twice while
+packets are lost, the default) and soapgw-udp-redundant/<codec> (always sent twice):
+edge.peers[].redundancy off, auto, on. A configuration that cannot run here (nginx missing, a codec
 this build refuses) is reported as skipped with the reason.
 
 The client makes HTTP/1.0 calls, one TCP connection each, and checks every response byte

@@ -29,7 +29,7 @@ type demoOptions struct {
 	codec       string
 	transport   string
 	loss        float64
-	redundancy  bool
+	redundancy  string // edge.peers[].redundancy: auto, on or off
 }
 
 func newDemoCommand(g *globalOptions) *cobra.Command {
@@ -46,8 +46,9 @@ and prints latency and the bytes that crossed the link.
 
 With --transport udp the gateways' tunnel is the UDP one (QUIC), across an emulated
 datagram link with the same round-trip time that also loses --loss of the datagrams in
-each direction (1 % by default); --redundancy sends small messages twice. The direct path
-stays TCP and lossless.`,
+each direction (1 % by default). Small messages are sent twice while the link loses
+packets (--redundancy auto, the default), always (--redundancy, or =on) or never (=off).
+The direct path stays TCP and lossless.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.calls < 1 || o.concurrency < 1 || o.rtt < 0 {
@@ -59,8 +60,11 @@ stays TCP and lossless.`,
 			if o.loss < 0 || o.loss >= 1 || (cmd.Flag("loss").Changed && o.transport != config.TransportUDP) {
 				return usageError{fmt.Errorf("demo: --loss is a fraction below 1, for --transport udp")}
 			}
-			if o.redundancy && o.transport != config.TransportUDP {
+			if cmd.Flag("redundancy").Changed && o.transport != config.TransportUDP {
 				return usageError{fmt.Errorf("demo: --redundancy is for --transport udp")}
+			}
+			if o.redundancy != config.RedundancyAuto && o.redundancy != config.RedundancyOn && o.redundancy != config.RedundancyOff {
+				return usageError{fmt.Errorf("demo: --redundancy must be auto, on or off, got %q", o.redundancy)}
 			}
 			if _, err := codec.NewPolicy(o.codec, 0); err != nil {
 				return usageError{fmt.Errorf("demo: %w", err)}
@@ -82,7 +86,8 @@ stays TCP and lossless.`,
 	cmd.Flags().StringVar(&o.codec, "codec", "auto", "tunnel codec: "+strings.Join(codec.Names, ", "))
 	cmd.Flags().StringVar(&o.transport, "transport", "tcp", "tunnel transport: tcp, or udp (QUIC) across a lossy link (see --loss)")
 	cmd.Flags().Float64Var(&o.loss, "loss", 0.01, "with --transport udp: fraction of the tunnel's datagrams lost each way")
-	cmd.Flags().BoolVar(&o.redundancy, "redundancy", false, "with --transport udp: send small messages twice (edge.peers[].redundancy)")
+	cmd.Flags().StringVar(&o.redundancy, "redundancy", config.RedundancyAuto, "with --transport udp: send small messages twice: auto (while packets are lost), on, off (edge.peers[].redundancy)")
+	cmd.Flag("redundancy").NoOptDefVal = config.RedundancyOn
 	return cmd
 }
 
@@ -172,7 +177,7 @@ edge:
     - name: origin
       address: %s
       transport: %s
-      redundancy: %t
+      redundancy: %s
       connections: 1
       codec: %s
       auth: {key: %q}
@@ -190,8 +195,8 @@ edge:
 	name := "soapgw pair (persistent tunnel, " + o.codec + ")"
 	if o.transport == config.TransportUDP {
 		name = fmt.Sprintf("soapgw pair (UDP tunnel, %s, %.1f%% loss)", o.codec, 100*o.loss)
-		if o.redundancy {
-			name = fmt.Sprintf("soapgw pair (UDP tunnel, %s, redundancy, %.1f%% loss)", o.codec, 100*o.loss)
+		if o.redundancy != config.RedundancyAuto {
+			name = fmt.Sprintf("soapgw pair (UDP tunnel, %s, redundancy %s, %.1f%% loss)", o.codec, o.redundancy, 100*o.loss)
 		}
 	}
 	r2, err := demoCalls(ctx, name, edge.edgeAddr("soap"), o, tunnelLink)

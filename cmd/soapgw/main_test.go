@@ -95,7 +95,8 @@ func TestDemoOverUDP(t *testing.T) {
 		want string
 	}{
 		{"default loss", nil, "soapgw pair (UDP tunnel, auto, 1.0% loss)"},
-		{"redundancy", []string{"--loss", "0.02", "--redundancy"}, "soapgw pair (UDP tunnel, auto, redundancy, 2.0% loss)"},
+		{"redundancy", []string{"--loss", "0.02", "--redundancy"}, "soapgw pair (UDP tunnel, auto, redundancy on, 2.0% loss)"},
+		{"no redundancy", []string{"--redundancy=off"}, "soapgw pair (UDP tunnel, auto, redundancy off, 1.0% loss)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, stderr := runCLI(t, append([]string{"demo", "--transport", "udp", "--calls", "40", "--rtt", "4ms"}, tc.args...)...)

@@ -148,7 +148,7 @@ func (g *gateway) startUDPPeer(ctx context.Context, p config.Peer, cs *codecs, e
 			KeepaliveTimeout:  p.KeepaliveTimeout,
 		}, enc),
 		SequencedWindow: cs.cfg.UDPWindow,
-		Redundancy:      p.Redundancy,
+		Redundancy:      udpRedundancy(p.RedundancyMode()),
 		TLS:             func() *tls.Config { return auth.TLSConfig(quictun.ALPN) },
 		Prove:           auth.ProveEdge,
 		ListenPacket:    func() (net.PacketConn, error) { return g.udpSocket("") },
@@ -230,4 +230,15 @@ func statelessResetKey(node string, o *config.OriginConfig) *quicgo.StatelessRes
 	var k quicgo.StatelessResetKey
 	copy(k[:], h.Sum(nil))
 	return &k
+}
+
+// udpRedundancy maps edge.peers[].redundancy to the UDP tunnel's setting.
+func udpRedundancy(mode string) quictun.Redundancy {
+	switch mode {
+	case config.RedundancyOn:
+		return quictun.RedundancyOn
+	case config.RedundancyOff:
+		return quictun.RedundancyOff
+	}
+	return quictun.RedundancyAuto
 }

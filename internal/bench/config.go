@@ -84,16 +84,18 @@ var SoapgwCodecs = []string{"identity", "gzip", "zstd", "zstd-stream", "token", 
 // DefaultConfigs is the default --configs list.
 var DefaultConfigs = []string{"direct", "nginx-pair", "soapgw/identity", "soapgw/gzip", "soapgw/zstd", "soapgw/token", "soapgw/auto"}
 
-// soapgwPrefixes are the soapgw configuration families: the TCP tunnel, the UDP tunnel,
-// and the UDP tunnel with redundant copies of small messages.
+// soapgwPrefixes are the soapgw configuration families: the TCP tunnel, the UDP tunnel
+// without copies of small messages, with copies while packets are lost (the default),
+// and with copies always.
 var soapgwPrefixes = []struct {
 	prefix     string
 	transport  string
-	redundancy bool
-}{{"soapgw/", "", false}, {"soapgw-udp/", "udp", false}, {"soapgw-udp-redundant/", "udp", true}}
+	redundancy string // edge.peers[].redundancy
+}{{"soapgw/", "", ""}, {"soapgw-udp/", "udp", "off"}, {"soapgw-udp-auto/", "udp", "auto"}, {"soapgw-udp-redundant/", "udp", "on"}}
 
 // ConfigNames lists every configuration name ConfigByName knows: direct, nginx-pair,
-// then each soapgw family (TCP tunnel, UDP tunnel, UDP with redundancy) with each codec.
+// then each soapgw family (TCP tunnel, UDP tunnel with redundancy off, auto, on) with each
+// codec.
 func ConfigNames() []string {
 	names := []string{"direct", "nginx-pair"}
 	for _, f := range soapgwPrefixes {
@@ -124,7 +126,7 @@ func ConfigByName(name string) (Config, error) {
 		}
 		return nil, fmt.Errorf("configuration %q: unknown codec %q (known: %s)", name, c, strings.Join(SoapgwCodecs, ", "))
 	}
-	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> (TCP tunnel), soapgw-udp/<codec> (UDP tunnel), soapgw-udp-redundant/<codec>, with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
+	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> (TCP tunnel), soapgw-udp/<codec> (UDP tunnel, redundancy off), soapgw-udp-auto/<codec> (redundancy auto), soapgw-udp-redundant/<codec> (redundancy on), with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
 }
 
 // resolveConfig resolves a configuration name, "name" or "name@label", to the

@@ -24,14 +24,17 @@ import (
 type soapgwPair struct {
 	codec      string
 	transport  string // "" (tcp) or "udp"
-	redundancy bool
+	redundancy string // with transport udp: edge.peers[].redundancy (off, auto, on)
 }
 
 func (c soapgwPair) Name() string {
 	switch {
-	case c.redundancy:
+	case c.transport != "udp":
+	case c.redundancy == "on":
 		return "soapgw-udp-redundant/" + c.codec
-	case c.transport == "udp":
+	case c.redundancy == "auto":
+		return "soapgw-udp-auto/" + c.codec
+	default:
 		return "soapgw-udp/" + c.codec
 	}
 	return "soapgw/" + c.codec
@@ -42,8 +45,11 @@ func (c soapgwPair) Describe() string {
 	if c.transport == "udp" {
 		d = "soapgw edge beside the client, origin beside the server, one UDP (QUIC) tunnel connection, codec " + c.codec
 	}
-	if c.redundancy {
-		d += ", small messages sent twice (redundancy)"
+	switch c.redundancy {
+	case "on":
+		d += ", small messages sent twice (redundancy on)"
+	case "auto":
+		d += ", small messages sent twice while packets are lost (redundancy auto)"
 	}
 	return d
 }
@@ -52,7 +58,7 @@ func (c soapgwPair) Describe() string {
 type SoapgwParams struct {
 	Codec        string
 	Transport    string // "" leaves the edge peer's default (tcp)
-	Redundancy   bool
+	Redundancy   string // edge.peers[].redundancy; "" leaves the default
 	EdgeListen   string
 	EdgeAdmin    string
 	TunnelListen string
@@ -98,7 +104,7 @@ edge:
       transport: {{.Transport}}
 {{- end}}
 {{- if .Redundancy}}
-      redundancy: true
+      redundancy: {{.Redundancy}}
 {{- end}}
 {{- if .KeyFile}}
       auth: {key_file: {{.KeyFile}}}

@@ -41,13 +41,13 @@ func TestSoapgwConfigs(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(origin), "codec")
 
-	p.Transport, p.Redundancy = "udp", true
+	p.Transport, p.Redundancy = "udp", "on"
 	edge, _, err = SoapgwConfigs(p)
 	require.NoError(t, err)
 	require.NoError(t, yaml.Unmarshal(edge, &e))
 	peer = e["edge"].(map[string]any)["peers"].([]any)[0].(map[string]any)
 	require.Equal(t, "udp", peer["transport"])
-	require.Equal(t, true, peer["redundancy"])
+	require.Equal(t, "on", peer["redundancy"])
 }
 
 func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
@@ -57,7 +57,7 @@ func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
 
 func TestConfigByName(t *testing.T) {
 	for _, name := range append([]string{"direct", "nginx-pair"}, "soapgw/identity", "soapgw/zstd-stream", "soapgw/auto",
-		"soapgw-udp/token", "soapgw-udp-redundant/auto") {
+		"soapgw-udp/token", "soapgw-udp-auto/token", "soapgw-udp-redundant/auto") {
 		c, err := ConfigByName(name)
 		require.NoError(t, err)
 		require.Equal(t, name, c.Name())
@@ -68,7 +68,7 @@ func TestConfigByName(t *testing.T) {
 		require.NoError(t, err)
 	}
 	names := ConfigNames()
-	require.Len(t, names, 2+3*len(SoapgwCodecs))
+	require.Len(t, names, 2+4*len(SoapgwCodecs))
 	for _, name := range names {
 		c, err := ConfigByName(name)
 		require.NoError(t, err, name)

@@ -21,6 +21,10 @@ var CodecNames = []string{"identity", "gzip", "zstd", "zstd-stream", "token", "a
 // Transports lists the values accepted by [Peer.Transport].
 var Transports = []string{TransportTCP, TransportUDP}
 
+// RedundancyModes lists the values accepted by [Peer.Redundancy] (unset is
+// auto; true and false are read as on and off).
+var RedundancyModes = []string{RedundancyAuto, RedundancyOn, RedundancyOff, "true", "false"}
+
 // Fallbacks lists the values accepted by [Peer.Fallback].
 var Fallbacks = []string{"", TransportTCP}
 
@@ -31,6 +35,10 @@ var FaultStatuses = []string{FaultStatusSOAP, FaultStatusHTTP}
 const (
 	TransportTCP = "tcp"
 	TransportUDP = "udp"
+
+	RedundancyAuto = "auto"
+	RedundancyOn   = "on"
+	RedundancyOff  = "off"
 
 	// UDPListenOff turns the origin's UDP tunnel listener off.
 	UDPListenOff = "off"
@@ -359,13 +367,17 @@ type Peer struct {
 	// while no UDP connection is up; UDP is retried all along and takes
 	// over again when it connects. Default: "" (none).
 	Fallback string `yaml:"fallback,omitempty"`
-	// Redundancy, with transport udp, sends every message that fits one
-	// packet twice: on its QUIC stream and, a few milliseconds later, as a
-	// QUIC datagram; the origin answers the same way. A lost packet then
+	// Redundancy, with transport udp, says when every message that fits one
+	// packet is sent twice: on its QUIC stream and, a few milliseconds later,
+	// as a QUIC datagram; the origin answers the same way. A lost packet then
 	// rarely costs QUIC's probe timeout (RTT + 25 ms and more): p99 latency on
 	// lossy links drops towards one RTT, for about twice the bytes of small
-	// messages. Each message still runs exactly once. Default: false.
-	Redundancy bool `yaml:"redundancy,omitempty"`
+	// messages. Each message still runs exactly once. "auto" sends copies
+	// while the peer reports more than 0.5 % of a gateway's packets lost (until
+	// under 0.2 %, at least 30 s later), "on" always, "off" never (true and
+	// false are read as on and off). One-way deliveries are never copied.
+	// Default: auto.
+	Redundancy string `yaml:"redundancy,omitempty"`
 	// Connections is how many tunnel connections are kept open to this
 	// peer; exchanges are spread over them. 1..64. Default: 2.
 	Connections int `yaml:"connections"`
@@ -650,6 +662,17 @@ func (o *OriginConfig) setDefaults() {
 	o.ResumeMaxBytes = 64 << 20
 	o.Codec = "auto"
 	o.RTOMin = DefaultRTOMin
+}
+
+// RedundancyMode is [Peer.Redundancy] as one of auto, on, off.
+func (p *Peer) RedundancyMode() string {
+	switch p.Redundancy {
+	case RedundancyOn, "true":
+		return RedundancyOn
+	case RedundancyOff, "false":
+		return RedundancyOff
+	}
+	return RedundancyAuto
 }
 
 // MaxConnectionsOrDefault is MaxConnections, or its default when unset.

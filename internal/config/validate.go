@@ -140,8 +140,11 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		checkName(errs, p+".name", peer.Name, peers, p)
 		checkAddr(errs, p+".address", peer.Address, true)
 		checkOneOf(errs, p+".transport", "transport", peer.Transport, Transports)
-		if peer.Redundancy && peer.Transport != TransportUDP {
-			errs.add(p+".redundancy", "only applies to transport: udp")
+		if peer.Redundancy != "" {
+			checkOneOf(errs, p+".redundancy", "redundancy", peer.Redundancy, RedundancyModes)
+			if peer.RedundancyMode() == RedundancyOn && peer.Transport != TransportUDP {
+				errs.add(p+".redundancy", "only applies to transport: udp")
+			}
 		}
 		if peer.Fallback != "" {
 			checkOneOf(errs, p+".fallback", "fallback", peer.Fallback, Fallbacks[1:])

@@ -205,6 +205,23 @@ func TestParseValidationErrors(t *testing.T) {
 			want: []string{"x.yaml:9: edge.peers[0].fallback: only applies to transport: udp"},
 		},
 		{
+			name: "redundancy only with udp",
+			yaml: doc(with(edgeDoc, 8,
+				"      address: dc1:70", // 8
+				"      redundancy: on",  // 9
+			)...),
+			want: []string{"x.yaml:9: edge.peers[0].redundancy: only applies to transport: udp"},
+		},
+		{
+			name: "unknown redundancy",
+			yaml: doc(with(edgeDoc, 8,
+				"      address: dc1:70",    // 8
+				"      transport: udp",     // 9
+				"      redundancy: always", // 10
+			)...),
+			want: []string{`x.yaml:10: edge.peers[0].redundancy: unknown redundancy "always" (allowed: auto, on, off, true, false)`},
+		},
+		{
 			name: "unknown fallback",
 			yaml: doc(with(edgeDoc, 8,
 				"      address: dc1:70",   // 8
@@ -514,4 +531,30 @@ func TestTLSValidation(t *testing.T) {
 	))
 	require.NoError(t, err)
 	require.Equal(t, &TLS{CAFile: cert, ServerName: "origin.example"}, c.Edge.Peers[0].TLS)
+}
+
+// TestPeerRedundancyModes: unset is auto, true and false (the older boolean form) read as
+// on and off, and off is accepted on a TCP peer (nothing to turn off there).
+func TestPeerRedundancyModes(t *testing.T) {
+	for _, tt := range []struct{ transport, line, want string }{
+		{"udp", "", RedundancyAuto},
+		{"udp", "auto", RedundancyAuto},
+		{"udp", "on", RedundancyOn},
+		{"udp", "true", RedundancyOn},
+		{"udp", "off", RedundancyOff},
+		{"udp", "false", RedundancyOff},
+		{"tcp", "off", RedundancyOff},
+		{"tcp", "auto", RedundancyAuto},
+		{"tcp", "", RedundancyAuto},
+	} {
+		t.Run(tt.transport+"/"+tt.line, func(t *testing.T) {
+			lines := []string{"      address: dc1:70", "      transport: " + tt.transport}
+			if tt.line != "" {
+				lines = append(lines, "      redundancy: "+tt.line)
+			}
+			c, err := Parse("x.yaml", doc(with(edgeDoc, 8, lines...)...))
+			require.NoError(t, err)
+			require.Equal(t, tt.want, c.Edge.Peers[0].RedundancyMode())
+		})
+	}
 }

@@ -54,6 +54,10 @@ type Hello struct {
 	// origin which instance had its request, so the origin can say "I never got it"
 	// only of requests sent to itself (proxy: resume.go).
 	Instance string `json:"instance,omitempty"`
+	// Copies, from an edge over the UDP tunnel that negotiated QUIC datagrams, says when
+	// the origin sends small responses twice: "auto" while its packets are reported lost,
+	// absent always (internal/tunnel/quic SPEC.md, "Copies"). Other values mean absent.
+	Copies string `json:"copies,omitempty"`
 }
 
 // MaxInstance bounds HELLO's instance.

@@ -84,6 +84,10 @@ type conn struct {
 	creditTimer *time.Timer
 
 	// Copies (redundant.go): nil copies means off.
+	redundancy Redundancy    // the edge's setting (the origin follows the edge's HELLO)
+	copyMode   atomic.Uint32 // Redundancy in force, set once copies are on
+	loss       lossMeter     // this side's packets the peer reports lost (loss.go)
+	reports    reporter      // when this side reports what it received
 	copies     chan copyItem
 	regMu      sync.Mutex
 	exchanges  map[quicgo.StreamID]*Stream // open exchanges a copy may be for
@@ -218,6 +222,7 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.enc.fresh = true
 	c.dec.changed = make(chan struct{})
 	c.window.fixed = 1
+	c.loss.transition = c.copyTransition
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
 	c.ackTimer.Stop()
 	c.creditTimer = time.AfterFunc(time.Hour, func() { c.releaseCredit(c.srtt() + maxAckDelay) })
@@ -227,7 +232,8 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 
 // hello is what this side announces on the control stream.
 func (c *conn) hello(maxStreams int64) frame.Hello {
-	h := frame.Hello{Proto: 1, Node: c.cfg.Node, Codecs: frame.CodecIDs{0}, MaxFrame: 64 << 10, Window: 1 << 20, MaxStreams: uint32(max(maxStreams, 1))}
+	h := frame.Hello{Proto: 1, Node: c.cfg.Node, Codecs: frame.CodecIDs{0}, MaxFrame: 64 << 10, Window: 1 << 20, MaxStreams: uint32(max(maxStreams, 1)),
+		Copies: c.redundancy.helloCopies()}
 	if c.cfg.Instance != nil {
 		h.Instance = c.cfg.Instance()
 	}
@@ -691,6 +697,13 @@ func (c *conn) readControl(br *bufio.Reader) {
 				return
 			}
 			c.onAbandon(quicgo.StreamID(id))
+		case ctrlReceived:
+			n, err := parseSeq(payload)
+			if err != nil {
+				c.close(closeProtocol, err.Error())
+				return
+			}
+			c.onReceivedReport(n)
 		case ctrlPing: // its packet did the work: it came from the edge's current address
 		case ctrlGoAway:
 			c.goingAway.Store(true)

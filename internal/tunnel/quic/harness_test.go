@@ -116,7 +116,7 @@ type pairOptions struct {
 	window   int    // sequenced window, both sides
 	// bulkWindow is the window of bulk messages, both sides (0: the default).
 	bulkWindow int
-	copies     bool          // redundancy on the edge
+	copies     Redundancy    // the edge's redundancy (zero: off)
 	instance   func() string // the origin's tunnel.Config.Instance
 	insecure   bool          // insecure: true on both sides (encrypted, nobody verified)
 	stream     bool          // zstd-streaming on both sides (with codecs)

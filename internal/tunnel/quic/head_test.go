@@ -62,6 +62,8 @@ func TestControlFrames(t *testing.T) {
 	require.Equal(t, "010105", hex.EncodeToString(b))
 	// ABANDON of stream 8 (the edge's third exchange stream after the control stream).
 	require.Equal(t, "060108", hex.EncodeToString(appendCtrl(nil, ctrlAbandon, binary.AppendUvarint(nil, 8))))
+	// RECEIVED: 300 packets received so far.
+	require.Equal(t, "0702ac02", hex.EncodeToString(appendCtrl(nil, ctrlReceived, binary.AppendUvarint(nil, 300))))
 	r := bytes.NewReader(append(b, appendCtrl(nil, ctrlGoAway, []byte("bye"))...))
 	typ, p, err := readCtrl(r, nil)
 	require.NoError(t, err)

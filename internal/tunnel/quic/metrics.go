@@ -237,11 +237,13 @@ var (
 	descCwnd     = prometheus.NewDesc("soapgw_udp_congestion_window_bytes", "Congestion window of the UDP tunnel's sender, by peer (summed over connections).", []string{"peer"}, nil)
 	descPackets  = prometheus.NewDesc("soapgw_udp_packets_total", "QUIC packets of the UDP tunnel, by peer and kind (sent, received, lost). lost counts what QUIC's loss detection declared lost; it misses a lone packet resent after a probe timeout, the common loss of one-packet SOAP messages (see soapgw_udp_codec_decode_waits_total and RTT).", []string{"peer", "kind"}, nil)
 	descBytes    = prometheus.NewDesc("soapgw_udp_bytes_total", "QUIC bytes of the UDP tunnel (UDP/IP headers excluded), by peer and kind (sent, received, lost).", []string{"peer", "kind"}, nil)
+	descLoss     = prometheus.NewDesc("soapgw_udp_loss_ratio", "Share of this gateway's packets to a peer that the peer reports it never received (RECEIVED reports, weighted over the last ~20 s; 0 until ~300 packets were sent), by peer; the highest over its connections. Unlike soapgw_udp_packets_total{kind=\"lost\"} it counts lone packets resent after a probe timeout.", []string{"peer"}, nil)
+	descCopying  = prometheus.NewDesc("soapgw_udp_copying", "UDP tunnel connections to a peer that send small messages twice now (redundancy on, or auto while the loss ratio is high).", []string{"peer"}, nil)
 	descMigrated = prometheus.NewDesc("soapgw_udp_path_changes_total", "Times the peer's address changed under a live UDP tunnel connection (NAT rebinding, network change), seen at scrape time.", []string{"peer"}, nil)
 )
 
 func (s *statsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRTT, descMinRTT, descCwnd, descPackets, descBytes, descMigrated} {
+	for _, d := range []*prometheus.Desc{descRTT, descMinRTT, descCwnd, descPackets, descBytes, descMigrated, descLoss, descCopying} {
 		ch <- d
 	}
 }
@@ -252,6 +254,7 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	defer m.mu.Unlock()
 	sums := map[string]*pathTotals{}
 	rtt, minRTT, cwnd := map[string]float64{}, map[string]float64{}, map[string]float64{}
+	loss, copying := map[string]float64{}, map[string]float64{}
 	for peer, t := range m.closed {
 		c := *t
 		sums[peer] = &c
@@ -281,6 +284,10 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			minRTT[c.label] = r
 		}
 		cwnd[c.label] += float64(st.CongestionWindow)
+		loss[c.label] = max(loss[c.label], c.loss.lossRatio())
+		if c.copyNow(false) {
+			copying[c.label]++
+		}
 	}
 	for peer, t := range sums {
 		for kind, v := range map[string]uint64{"sent": t.packetsSent, "received": t.packetsReceived, "lost": t.packetsLost} {
@@ -299,5 +306,7 @@ func (s *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for peer, v := range cwnd {
 		ch <- prometheus.MustNewConstMetric(descCwnd, prometheus.GaugeValue, v, peer)
+		ch <- prometheus.MustNewConstMetric(descLoss, prometheus.GaugeValue, loss[peer], peer)
+		ch <- prometheus.MustNewConstMetric(descCopying, prometheus.GaugeValue, copying[peer], peer)
 	}
 }

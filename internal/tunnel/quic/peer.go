@@ -44,11 +44,12 @@ type PeerConfig struct {
 	SequencedWindow int
 	// BulkWindow is the window of bulk messages (Stream.SetBulk); 0: bulkWindow.
 	BulkWindow int
-	// Redundancy sends each message that fits one packet a second time, as a QUIC
-	// datagram a few ms after its stream data, and the origin does the same for its
+	// Redundancy says when each message that fits one packet is sent a second time, as
+	// a QUIC datagram a few ms after its stream data, the origin doing the same for its
 	// answers: a lost packet then rarely costs a probe timeout (redundant.go). It costs
-	// about the bytes of every small message once more.
-	Redundancy bool
+	// about the bytes of every small message once more. The zero value is off; auto
+	// sends copies only while the peer reports packets lost (loss.go).
+	Redundancy Redundancy
 	// ListenPacket opens the UDP socket of a new connection; nil: an ephemeral port on
 	// all interfaces. Tests pass lossy sockets here.
 	ListenPacket func() (net.PacketConn, error)
@@ -281,7 +282,7 @@ func (p *Peer) connect() (*conn, net.PacketConn, error) {
 		_ = pc.Close()
 		return nil, nil, err
 	}
-	qcfg := quicConfig(p.session, -1, p.cfg.DialTimeout, p.cfg.Redundancy)
+	qcfg := quicConfig(p.session, -1, p.cfg.DialTimeout, p.cfg.Redundancy != RedundancyOff)
 	// quic.Dial, not a Transport: one socket per connection lets the edge use zero-length
 	// connection ids, so the origin's packets carry none (4 bytes less per response). The
 	// origin still tells connections apart by its own ids, so a change of the edge's
@@ -291,6 +292,7 @@ func (p *Peer) connect() (*conn, net.PacketConn, error) {
 		return fail(fmt.Errorf("dial %s: %w", p.cfg.Address, err))
 	}
 	c := newConn(qc, p.session, p.m, p.cfg.Name, p.log)
+	c.redundancy = p.cfg.Redundancy
 	c.window.fixed = uint64(max(p.cfg.SequencedWindow, 0))
 	c.window.bulk = uint64(max(p.cfg.BulkWindow, 0))
 	c.window.gauge = p.m.window.WithLabelValues(p.cfg.Name)

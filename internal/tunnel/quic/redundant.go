@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -386,11 +387,48 @@ func (c *conn) forget(st *Stream) {
 	c.regMu.Unlock()
 }
 
-// copiesOn reports whether this connection sends and takes copies.
+// copiesOn reports whether this connection takes copies (and may send them).
 func (c *conn) copiesOn() bool { return c.copies != nil }
 
-// startCopies turns copies on once both sides agreed (the edge enables QUIC datagrams only
-// with redundancy on; the origin then answers in kind).
+// copyNow reports whether a message that fits a copy is sent twice: always with
+// redundancy on, while this side's packets are being lost with auto (loss.go), never for
+// bulk messages (one-way deliveries: nobody waits on them, and on a slow link a copy
+// takes the place of the next delivery).
+func (c *conn) copyNow(bulk bool) bool {
+	switch Redundancy(c.copyMode.Load()) {
+	case RedundancyOn:
+		return !bulk
+	case RedundancyAuto:
+		return !bulk && c.loss.copying.Load()
+	}
+	return false
+}
+
+// Redundancy says when small messages are sent twice (SPEC.md, "Copies").
+type Redundancy uint8
+
+const (
+	// RedundancyOff: never; QUIC datagrams are not even negotiated.
+	RedundancyOff Redundancy = iota
+	// RedundancyAuto: while the peer reports more than 0.5 % of this side's packets
+	// lost, until it reports under 0.2 % (loss.go).
+	RedundancyAuto
+	// RedundancyOn: always.
+	RedundancyOn
+)
+
+// helloCopies is what an edge's HELLO says of its redundancy: "auto", or "" for on (what
+// edges said before auto existed, by enabling datagrams and nothing more).
+func (r Redundancy) helloCopies() string {
+	if r == RedundancyAuto {
+		return "auto"
+	}
+	return ""
+}
+
+// startCopies turns copies on once both sides agreed: the edge enables QUIC datagrams
+// unless redundancy is off, and the origin then answers in kind, on the terms of the
+// edge's HELLO.
 func (c *conn) startCopies() {
 	cs := c.qc.ConnectionState()
 	if !cs.SupportsDatagrams.Local || !cs.SupportsDatagrams.Remote {
@@ -398,7 +436,28 @@ func (c *conn) startCopies() {
 	}
 	c.copies = make(chan copyItem, copyQueueLen)
 	c.exchanges = map[quicgo.StreamID]*Stream{}
+	mode := c.redundancy
+	if c.server {
+		mode = RedundancyOn
+		if c.peer.Copies == "auto" {
+			mode = RedundancyAuto
+		}
+	}
+	c.copyMode.Store(uint32(mode)) // after copies is set: copyNow reads it after this
 	c.wg.Add(2)
 	go c.sendCopies()
 	go c.receiveCopies()
+}
+
+// copyTransition logs when redundancy auto starts or stops sending copies.
+func (c *conn) copyTransition(on bool, ratio float64) {
+	if Redundancy(c.copyMode.Load()) != RedundancyAuto {
+		return
+	}
+	lost := fmt.Sprintf("%.2f%%", 100*ratio)
+	if on {
+		c.log.Info("udp tunnel: sending small messages twice while packets are lost (redundancy auto)", "peer", c.label, "lost", lost)
+	} else {
+		c.log.Info("udp tunnel: sending small messages once again, loss has fallen (redundancy auto)", "peer", c.label, "lost", lost)
+	}
 }

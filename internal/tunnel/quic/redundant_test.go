@@ -37,7 +37,7 @@ func (e *countingEcho) handle(_ context.Context, st *Stream) {
 // answers in a copy too, long before QUIC's probe timeout would have resent the stream.
 // When the stream arrives later it is attached, not run again.
 func TestUDPCopyStartsExchangeWhoseStreamIsLost(t *testing.T) {
-	p := newPair(t, pairOptions{copies: true})
+	p := newPair(t, pairOptions{copies: RedundancyOn})
 	echo := &countingEcho{runs: map[string]int{}}
 	p.setHandler(echo.handle)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -110,7 +110,7 @@ func TestUDPCopyStartsExchangeWhoseStreamIsLost(t *testing.T) {
 func TestUDPCopiesUnderLossExactlyOnce(t *testing.T) {
 	for _, codecs := range []bool{false, true} {
 		t.Run(fmt.Sprintf("codecs=%v", codecs), func(t *testing.T) {
-			p := newPair(t, pairOptions{copies: true, codecs: codecs})
+			p := newPair(t, pairOptions{copies: RedundancyOn, codecs: codecs})
 			echo := &countingEcho{runs: map[string]int{}}
 			p.setHandler(echo.handle)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -137,5 +137,87 @@ func TestUDPCopiesUnderLossExactlyOnce(t *testing.T) {
 				p.counter(t, "soapgw_udp_copies_total", "peer", "origin", "result", "used"),
 				p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "early_start"))
 		})
+	}
+}
+
+// TestUDPRedundancyAutoCopiesOnlyWhileLossy: with redundancy auto, a clean path carries
+// each message once; when the edge's packets start to be lost, the origin's RECEIVED
+// reports show it and the edge sends its small messages twice, while the origin, whose
+// packets all arrive, keeps sending its answers once. Every request runs exactly once.
+func TestUDPRedundancyAutoCopiesOnlyWhileLossy(t *testing.T) {
+	p := newPair(t, pairOptions{copies: RedundancyAuto})
+	echo := &countingEcho{runs: map[string]int{}}
+	p.setHandler(echo.handle)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	copiesSent := func(peer string) float64 {
+		return p.counter(t, "soapgw_udp_copies_total", "peer", peer, "result", "sent") +
+			p.counter(t, "soapgw_udp_copies_total", "peer", peer, "result", "skipped")
+	}
+	// Clean: several reports' worth of exchanges (reports go at most once a second).
+	calls := 0
+	for start := time.Now(); time.Since(start) < 3*time.Second; calls++ {
+		_, err := p.call(ctx, soapMessage(calls, 300))
+		require.NoError(t, err)
+	}
+	require.Zero(t, copiesSent("origin"), "no copies from the edge on a clean path")
+	require.Zero(t, copiesSent("edge"), "no copies from the origin on a clean path")
+	require.Zero(t, p.counter(t, "soapgw_udp_copying"))
+
+	// 5 % of the edge's packets lost: the edge turns copies on within seconds.
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(3, 5))
+	p.edgeSock.Load().setDrop(func([]byte) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(100) < 5
+	})
+	for deadline := time.Now().Add(60 * time.Second); p.counter(t, "soapgw_udp_copying", "peer", "origin") == 0; calls++ {
+		require.True(t, time.Now().Before(deadline), "the edge never turned copies on (loss estimate %v)",
+			p.counter(t, "soapgw_udp_loss_ratio", "peer", "origin"))
+		_, err := p.call(ctx, soapMessage(calls, 300))
+		require.NoError(t, err)
+	}
+	ratio := p.counter(t, "soapgw_udp_loss_ratio", "peer", "origin")
+	require.InDelta(t, 0.05, ratio, 0.045, "the edge's estimate of its own loss")
+	for i := range 50 {
+		_, err := p.call(ctx, soapMessage(calls+i, 300))
+		require.NoError(t, err)
+	}
+	calls += 50
+	require.Positive(t, copiesSent("origin"), "the edge sends copies")
+	// The origin's packets are not lost: it copies only answers to exchanges it started
+	// from a request's copy (the copy is then the answer's only way out).
+	require.Equal(t, p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "early_start"), copiesSent("edge"))
+	require.Zero(t, p.counter(t, "soapgw_udp_copying", "peer", "edge"))
+	require.Less(t, p.counter(t, "soapgw_udp_loss_ratio", "peer", "edge"), copiesOffLoss, "packets in flight are not loss")
+
+	echo.mu.Lock()
+	defer echo.mu.Unlock()
+	require.Len(t, echo.runs, calls)
+	for r, n := range echo.runs {
+		require.Equal(t, 1, n, "request %.200q ran %d times", r, n)
+	}
+}
+
+// TestCopyNowNeverCopiesBulk: redundancy on copies interactive messages, never bulk ones
+// (one-way deliveries); auto copies only while the loss meter says so; off never.
+func TestCopyNowNeverCopiesBulk(t *testing.T) {
+	for _, tt := range []struct {
+		mode        Redundancy
+		lossy, bulk bool
+		want        bool
+	}{
+		{RedundancyOn, false, false, true},
+		{RedundancyOn, false, true, false},
+		{RedundancyAuto, false, false, false},
+		{RedundancyAuto, true, false, true},
+		{RedundancyAuto, true, true, false},
+		{RedundancyOff, true, false, false},
+	} {
+		var c conn
+		c.copyMode.Store(uint32(tt.mode))
+		c.loss.copying.Store(tt.lossy)
+		require.Equal(t, tt.want, c.copyNow(tt.bulk), "mode %d lossy %v bulk %v", tt.mode, tt.lossy, tt.bulk)
 	}
 }

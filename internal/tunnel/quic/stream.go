@@ -290,6 +290,7 @@ func (st *Stream) CloseWrite() error {
 		return nil
 	}
 	st.wclosed = true
+	st.c.maybeReport()
 	if st.streaming {
 		if st.senc != nil {
 			err := st.senc.Close()
@@ -335,11 +336,14 @@ func (st *Stream) CloseWrite() error {
 		st.c.lost(h.Seq)
 	}
 	if err == nil && st.c.copiesOn() && len(b) <= maxCopy {
-		if _, early := st.qs.(*pendingStream); early {
+		_, early := st.qs.(*pendingStream)
+		switch {
+		case early:
 			st.c.queueCopy(st.qs.StreamID(), b, 0, nil) // the copy is this answer's only way out yet
-		} else if st.server {
+		case !st.c.copyNow(st.bulk): // sent once
+		case st.server:
 			st.c.queueCopy(st.qs.StreamID(), b, copyDelay(st.c.srtt()), nil)
-		} else {
+		default:
 			st.c.queueCopy(st.qs.StreamID(), b, copyDelay(st.c.srtt()), st.gotHead.Load) // no copy once the answer is in
 		}
 	}

@@ -158,6 +158,9 @@ const (
 	// its response began (its client went away, its deadline passed). The origin stops
 	// the upstream call; the edge still drains whatever response comes.
 	ctrlAbandon = 6
+	// ctrlReceived, both ways: uvarint count of packets the sender has received on this
+	// connection so far; the peer compares it with what it sent (loss.go).
+	ctrlReceived = 7
 )
 
 // maxCtrlPayload bounds a control frame's payload.

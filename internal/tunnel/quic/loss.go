@@ -1,0 +1,125 @@
+package quic
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Loss reports (SPEC.md, "Loss reports").
+//
+// quic-go counts as lost only the packets its loss detection declares lost, which needs a
+// later packet acknowledged. A one-packet SOAP message whose packet is lost has no later
+// packet: it is resent after a probe timeout and never counted. On a request/response
+// tunnel that is nearly every loss, so quic-go's counters cannot tell a lossy path from a
+// clean one. Instead each side tells the other, now and then, how many packets it has
+// received (RECEIVED); the sender compares that with what it has sent. The difference
+// also holds the packets in flight when the report left, which cancels out over a window.
+//
+// The estimate drives copies when redundancy is auto: they go on while more than
+// copiesOnLoss of this side's packets are lost and off again below copiesOffLoss.
+const (
+	reportEvery     = time.Second      // at most one report per interval
+	reportPackets   = 64               // ...once this many packets came since the last
+	reportIdleEvery = 10 * time.Second // or after this long, if any came at all
+	lossHalfLife    = 20 * time.Second // weight of older reports halves every interval
+	lossEvidence    = 300              // packets sent (weighted) before the estimate is used
+	copiesOnLoss    = 0.005            // copies go on at 0.5 % loss (p99 of 2-packet exchanges)
+	copiesOffLoss   = 0.002            // ...and off below 0.2 %
+	copiesMinOn     = 30 * time.Second // once on, copies stay on at least this long
+)
+
+// reporter decides when this side sends RECEIVED. Callers hold no lock.
+type reporter struct {
+	mu       sync.Mutex
+	at       time.Time // last report
+	received uint64    // packets received as of the last report
+}
+
+// due returns the payload of a RECEIVED frame to send now, or nil.
+func (r *reporter) due(now time.Time, received uint64) []byte {
+	if !r.mu.TryLock() {
+		return nil // another exchange is deciding
+	}
+	defer r.mu.Unlock()
+	gap := now.Sub(r.at)
+	moved := received - r.received
+	if moved == 0 || gap < reportEvery || (moved < reportPackets && gap < reportIdleEvery) {
+		return nil
+	}
+	r.at, r.received = now, received
+	return binary.AppendUvarint(nil, received)
+}
+
+// lossMeter estimates the share of this side's packets the peer never received, from
+// the peer's reports, and says whether copies should be on (redundancy auto).
+type lossMeter struct {
+	mu         sync.Mutex
+	have       bool      // a first report set the baseline
+	at         time.Time // arrival of the last report
+	sent       uint64    // packets sent by us when it arrived
+	received   uint64    // packets the peer had received when it left
+	sentEW     float64   // packets sent, weighted by age
+	lostEW     float64   // packets missing, weighted by age (may dip below 0 briefly)
+	onSince    time.Time // copies went on (zero: off)
+	ratio      atomic.Uint64
+	copying    atomic.Bool
+	transition func(on bool, ratio float64) // called (with mu held) when copying changes
+}
+
+// report records the peer's count of received packets, with ours of sent ones now.
+// A count that goes back (a peer's bug or a replayed frame) is ignored.
+func (m *lossMeter) report(now time.Time, sent, received uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.have && (received < m.received || sent < m.sent) {
+		return
+	}
+	if !m.have {
+		m.have, m.at, m.sent, m.received = true, now, sent, received
+		return
+	}
+	dSent := float64(sent - m.sent)
+	dLost := dSent - float64(received-m.received)
+	decay := math.Exp2(-float64(now.Sub(m.at)) / float64(lossHalfLife))
+	m.sentEW = m.sentEW*decay + dSent
+	m.lostEW = m.lostEW*decay + dLost
+	m.at, m.sent, m.received = now, sent, received
+	if m.sentEW < lossEvidence {
+		return
+	}
+	ratio := min(max(m.lostEW/m.sentEW, 0), 1)
+	m.ratio.Store(math.Float64bits(ratio))
+	switch on := m.copying.Load(); {
+	case !on && ratio >= copiesOnLoss:
+		m.onSince = now
+		m.copying.Store(true)
+		if m.transition != nil {
+			m.transition(true, ratio)
+		}
+	case on && ratio < copiesOffLoss && now.Sub(m.onSince) >= copiesMinOn:
+		m.onSince = time.Time{}
+		m.copying.Store(false)
+		if m.transition != nil {
+			m.transition(false, ratio)
+		}
+	}
+}
+
+// lossRatio is the last estimate (0 until there is enough evidence).
+func (m *lossMeter) lossRatio() float64 { return math.Float64frombits(m.ratio.Load()) }
+
+// maybeReport sends RECEIVED when one is due. It runs just before an exchange writes its
+// message, so the frame most often rides in the message's packet.
+func (c *conn) maybeReport() {
+	if p := c.reports.due(time.Now(), c.qc.ConnectionStats().PacketsReceived); p != nil {
+		c.sendCtrl(ctrlReceived, p)
+	}
+}
+
+// onReceivedReport takes the peer's RECEIVED.
+func (c *conn) onReceivedReport(received uint64) {
+	c.loss.report(time.Now(), c.qc.ConnectionStats().PacketsSent, received)
+}
