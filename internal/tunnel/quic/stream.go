@@ -136,13 +136,15 @@ func (st *Stream) SetBulk() {
 }
 
 // bufferLimit is the largest message kept whole until CloseWrite: one that may be coded,
-// or copied (redundant.go). Others stream as they are written.
+// or copied (redundant.go): copies are being sent, or this is the answer of an exchange
+// started from a copy (the answer's copy is its only way out until the stream comes).
+// Others stream as they are written.
 func (st *Stream) bufferLimit() int {
 	n := 0
 	if st.c.coding(st.encoding) {
 		n = st.c.maxCoded
 	}
-	if st.c.copiesOn() {
+	if _, early := st.qs.(*pendingStream); early || st.c.copyNow(st.bulk) {
 		n = max(n, maxCopy)
 	}
 	return n
