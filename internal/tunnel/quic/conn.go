@@ -88,6 +88,8 @@ type conn struct {
 	copyMode   atomic.Uint32 // Redundancy in force, set once copies are on
 	loss       lossMeter     // this side's packets the peer reports lost (loss.go)
 	reports    reporter      // when this side reports what it received
+	prober     tailProber    // edge: PINGs for exchanges whose response is late (tailprobe.go)
+	lastPong   atomic.Int64  // origin: unix nanos of the last PING answered
 	copies     chan copyItem
 	regMu      sync.Mutex
 	exchanges  map[quicgo.StreamID]*Stream // open exchanges a copy may be for
@@ -223,6 +225,7 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.dec.changed = make(chan struct{})
 	c.window.fixed = 1
 	c.loss.transition = c.copyTransition
+	c.prober.init(c)
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
 	c.ackTimer.Stop()
 	c.creditTimer = time.AfterFunc(time.Hour, func() { c.releaseCredit(c.srtt() + maxAckDelay) })
@@ -704,7 +707,8 @@ func (c *conn) readControl(br *bufio.Reader) {
 				return
 			}
 			c.onReceivedReport(n)
-		case ctrlPing: // its packet did the work: it came from the edge's current address
+		case ctrlPing: // its packet did the work (it came from the edge's current address, or after a lost one)
+			c.onPing()
 		case ctrlGoAway:
 			c.goingAway.Store(true)
 			c.goAwayOne.Do(func() { close(c.goAwayCh) })
@@ -789,6 +793,7 @@ func (c *conn) close(code quicgo.ApplicationErrorCode, why string) {
 	c.closeOnce.Do(func() {
 		c.ackTimer.Stop()
 		c.creditTimer.Stop()
+		c.prober.timer.Stop()
 		_ = c.qc.CloseWithError(code, why)
 	})
 }

@@ -63,6 +63,7 @@ func testCodecs(t testing.TB) []tunnel.MessageCodec {
 type filterConn struct {
 	net.PacketConn
 	drop    atomic.Pointer[func(p []byte) bool]
+	dropIn  atomic.Pointer[func(p []byte) bool] // incoming packets to drop
 	dropped atomic.Int64
 	dark    atomic.Bool
 	delay   atomic.Int64 // nanoseconds every outgoing packet is held: a longer path
@@ -71,6 +72,10 @@ type filterConn struct {
 func (f *filterConn) ReadFrom(p []byte) (int, net.Addr, error) {
 	for {
 		n, addr, err := f.PacketConn.ReadFrom(p)
+		if d := f.dropIn.Load(); err == nil && d != nil && (*d)(p[:n]) {
+			f.dropped.Add(1)
+			continue
+		}
 		if err != nil || !f.dark.Load() {
 			return n, addr, err
 		}
@@ -96,6 +101,15 @@ func (f *filterConn) setDrop(d func(p []byte) bool) {
 		return
 	}
 	f.drop.Store(&d)
+}
+
+// setDropIn drops the incoming packets d returns true for (nil: none).
+func (f *filterConn) setDropIn(d func(p []byte) bool) {
+	if d == nil {
+		f.dropIn.Store(nil)
+		return
+	}
+	f.dropIn.Store(&d)
 }
 
 // pair is an origin Server and an edge Peer over loopback UDP, authenticated with a
@@ -205,6 +219,13 @@ func newPair(t testing.TB, o pairOptions) *pair {
 }
 
 func (p *pair) setHandler(h Handler) { p.handler.Store(&h) }
+
+// edgeConns returns the edge's live connections.
+func (p *pair) edgeConns() []*conn {
+	p.peer.mu.Lock()
+	defer p.peer.mu.Unlock()
+	return append([]*conn(nil), p.peer.conns...)
+}
 
 // echoHandler answers "echo:" + the request.
 func echoHandler(_ context.Context, st *Stream) {

@@ -27,6 +27,7 @@ type Metrics struct {
 	window      *prometheus.GaugeVec
 	copies      *prometheus.CounterVec
 	waited      *prometheus.CounterVec
+	tailProbes  *prometheus.CounterVec
 
 	mu     sync.Mutex
 	live   map[*conn]*pathSnapshot
@@ -94,13 +95,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		waited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_udp_codec_waited_reports_total", Help: "WAITED notices sent: a sequenced message waited for an earlier one whose first packet came late (a loss), which turns the peer's auto window strict for 30 s.",
 		}, []string{"peer"}),
+		tailProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_tail_probes_total", Help: "PING control frames sent to speed up QUIC's loss recovery, by peer: at the edge for exchanges whose response was late while loss is reported and the request was not copied, at the origin in answer to the edge's PINGs.",
+		}, []string{"peer"}),
 		live:   map[*conn]*pathSnapshot{},
 		closed: map[string]*pathTotals{},
 	}
 	m.stats.m = m
 	if reg != nil {
 		reg.MustRegister(m.connections, m.streams, m.dials, m.handshakes, m.messages, m.raw, m.payload,
-			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, m.waited, &m.stats)
+			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, m.waited, m.tailProbes, &m.stats)
 	}
 	return m
 }
@@ -118,6 +122,7 @@ type connMetrics struct {
 	decodeWaitSeconds prometheus.Counter
 	copies            *prometheus.CounterVec
 	waitedReports     prometheus.Counter
+	tailProbes        prometheus.Counter
 	name              func(id uint8) string
 
 	mu    sync.Mutex
@@ -153,6 +158,7 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 		decodeWaitSeconds: m.waitSeconds.WithLabelValues(peer),
 		copies:            m.copies.MustCurryWith(prometheus.Labels{"peer": peer}),
 		waitedReports:     m.waited.WithLabelValues(peer),
+		tailProbes:        m.tailProbes.WithLabelValues(peer),
 		nacks:             m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
 	}
 }

@@ -306,7 +306,11 @@ func (st *Stream) CloseWrite() error {
 			}
 			st.c.m.message("sent", st.c.streamOut.ID(), modeStreamed, st.sraw, st.sw.coded)
 		}
-		return st.mapErr(st.qs.Close())
+		err := st.qs.Close()
+		if err == nil {
+			st.c.prober.sent(st, false)
+		}
+		return st.mapErr(err)
 	}
 	raw := st.buf
 	st.buf = nil
@@ -337,6 +341,7 @@ func (st *Stream) CloseWrite() error {
 	if err != nil && h.sequenced() {
 		st.c.lost(h.Seq)
 	}
+	copied := false
 	if err == nil && st.c.copiesOn() && len(b) <= maxCopy {
 		_, early := st.qs.(*pendingStream)
 		switch {
@@ -347,7 +352,11 @@ func (st *Stream) CloseWrite() error {
 			st.c.queueCopy(st.qs.StreamID(), b, copyDelay(st.c.srtt()), nil)
 		default:
 			st.c.queueCopy(st.qs.StreamID(), b, copyDelay(st.c.srtt()), st.gotHead.Load) // no copy once the answer is in
+			copied = true
 		}
+	}
+	if err == nil {
+		st.c.prober.sent(st, copied)
 	}
 	return st.mapErr(err)
 }
