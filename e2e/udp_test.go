@@ -306,6 +306,8 @@ func TestUDPCodecsUnderLoss(t *testing.T) {
 			switch tc.redundancy {
 			case "off":
 				require.Zero(t, copiesSent, "no copies with redundancy off")
+				// Late exchanges were probed once the loss showed (SPEC.md "Tail probes").
+				require.Positive(t, metricSum(t, edge.admin, "soapgw_udp_tail_probes_total"), "tail probes on a lossy path")
 			case "on", "true":
 				require.Positive(t, copiesSent, "copies were sent")
 			default:
