@@ -776,7 +776,8 @@ func (c *conn) releaseCredit(age time.Duration) {
 		n++
 	}
 	n = max(n, len(c.credit)-maxHeldCredit/2)
-	held := slices.Clone(c.credit[:n])
+	var few [8]heldCredit // most calls release one or two: no allocation
+	held := append(few[:0], c.credit[:n]...)
 	c.credit = slices.Delete(c.credit, 0, n)
 	rest := len(c.credit)
 	c.creditMu.Unlock()

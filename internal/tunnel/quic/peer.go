@@ -135,8 +135,12 @@ func (p *Peer) RTT() time.Duration {
 // and the last dial error. When the origin's stream credit is used up it waits for a slot
 // (backpressure), bounded by ctx.
 func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
-	wait := time.NewTimer(p.cfg.DialTimeout)
-	defer wait.Stop()
+	var wait *time.Timer // made only when no connection is up: most calls find one
+	defer func() {
+		if wait != nil {
+			wait.Stop()
+		}
+	}()
 	for {
 		p.mu.Lock()
 		var best *conn
@@ -158,6 +162,9 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 				return nil, err
 			}
 			continue // the connection went down meanwhile: try another
+		}
+		if wait == nil {
+			wait = time.NewTimer(p.cfg.DialTimeout)
 		}
 		select {
 		case <-changed:

@@ -842,6 +842,9 @@ func codeName(c quicgo.StreamErrorCode) string {
 // mapErr turns quic-go's stream errors into ours (resets that say whether a retry is safe);
 // deadline errors stay net.Errors with Timeout() true.
 func (st *Stream) mapErr(err error) error {
+	if err == nil {
+		return nil // before errors.As: its target escapes, an allocation per call
+	}
 	var se *quicgo.StreamError
 	if errors.As(err, &se) {
 		return &resetError{code: se.ErrorCode, remote: se.Remote, err: nil}
@@ -856,6 +859,9 @@ func (st *Stream) mapErr(err error) error {
 // exchange timeout, long before that timeout). The quic-go error stays in the text, not
 // in the chain, so nothing finds its Timeout method.
 func connLost(err error) error {
+	if err == nil {
+		return nil
+	}
 	var idle *quicgo.IdleTimeoutError
 	if errors.As(err, &idle) {
 		return fmt.Errorf("%w: %v", tunnel.ErrKeepaliveTimeout, err)
