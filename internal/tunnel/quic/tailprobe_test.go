@@ -21,77 +21,58 @@ func (p *pair) lossy(t *testing.T, ratio float64) {
 	}
 }
 
-// TestUDPTailProbeRecoversLostRequest: without copies, a request whose only packet is
-// lost is resent after the edge's PING draws an acknowledgement, which makes QUIC's loss
+// TestUDPTailProbeRecoversLostMessage: without copies, a message whose only packet is
+// lost is resent once a PING's packet behind it is acknowledged, which makes QUIC's loss
 // detection declare it lost (counted in soapgw_udp_packets_total{kind="lost"}); a resend
-// after QUIC's probe timeout is never counted so.
-func TestUDPTailProbeRecoversLostRequest(t *testing.T) {
-	p := newPair(t, pairOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range 5 {
-		_, err := p.call(ctx, soapMessage(i, 700))
-		require.NoError(t, err)
-	}
-	p.lossy(t, 0.01)
-	// Each attempt loses one request's packet. The edge's probe goes 2 ms after the
-	// request on loopback, QUIC's probe timeout 25 ms and more: on a starved machine the
-	// timeout can still come first, which proves nothing, and the next attempt tries again.
-	detected := false
-	for attempt := 0; attempt < 8 && !detected; attempt++ {
-		lost := p.counter(t, "soapgw_udp_packets_total", "peer", "origin", "kind", "lost")
-		probes := p.counter(t, "soapgw_udp_tail_probes_total", "peer", "origin")
-		var dropped atomic.Bool
-		p.edgeSock.Load().setDrop(func(b []byte) bool {
-			return len(b) > 500 && len(b) < 1000 && dropped.CompareAndSwap(false, true)
+// after QUIC's probe timeout is never counted so. A lost request: the edge's PING does it.
+// A lost response: the origin answers the edge's PING with one of its own, and the edge
+// acknowledges that at once (a gap).
+func TestUDPTailProbeRecoversLostMessage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// drop makes the edge's socket drop the packets f picks: outgoing (the
+		// request) or incoming (the response).
+		drop func(fc *filterConn, f func([]byte) bool)
+		// sender is the peer label of the lost message's sender's metrics: the edge
+		// counts under "origin", the origin under "edge".
+		sender string
+	}{
+		{"request", (*filterConn).setDrop, "origin"},
+		{"response", (*filterConn).setDropIn, "edge"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, pairOptions{})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for i := range 5 {
+				_, err := p.call(ctx, soapMessage(i, 700))
+				require.NoError(t, err)
+			}
+			p.lossy(t, 0.01)
+			// Each attempt loses one message's packet. The edge's probe goes 2 ms after
+			// the request on loopback, QUIC's probe timeout 25 ms and more: on a starved
+			// machine the timeout can still come first, which proves nothing, and the
+			// next attempt tries again.
+			detected := false
+			for attempt := 0; attempt < 8 && !detected; attempt++ {
+				lost := p.counter(t, "soapgw_udp_packets_total", "peer", tc.sender, "kind", "lost")
+				probes := p.counter(t, "soapgw_udp_tail_probes_total", "peer", tc.sender)
+				var dropped atomic.Bool
+				tc.drop(p.edgeSock.Load(), func(b []byte) bool {
+					return len(b) > 500 && len(b) < 1000 && dropped.CompareAndSwap(false, true)
+				})
+				req := soapMessage(100+attempt, 700)
+				resp, err := p.call(ctx, req)
+				require.NoError(t, err)
+				require.Equal(t, append([]byte("echo:"), req...), resp)
+				tc.drop(p.edgeSock.Load(), nil)
+				if dropped.Load() && p.counter(t, "soapgw_udp_tail_probes_total", "peer", tc.sender) > probes {
+					detected = p.counter(t, "soapgw_udp_packets_total", "peer", tc.sender, "kind", "lost") > lost
+				}
+			}
+			require.True(t, detected, "a PING made QUIC's loss detection, not its probe timeout, resend the %s", tc.name)
 		})
-		req := soapMessage(100+attempt, 700)
-		resp, err := p.call(ctx, req)
-		require.NoError(t, err)
-		require.Equal(t, append([]byte("echo:"), req...), resp)
-		p.edgeSock.Load().setDrop(nil)
-		if !dropped.Load() {
-			continue
-		}
-		require.Greater(t, p.counter(t, "soapgw_udp_tail_probes_total", "peer", "origin"), probes, "the edge probed the late exchange")
-		detected = p.counter(t, "soapgw_udp_packets_total", "peer", "origin", "kind", "lost") > lost
 	}
-	require.True(t, detected, "QUIC's loss detection, not its probe timeout, resent the request")
-}
-
-// TestUDPTailProbeRecoversLostResponse: a response whose only packet is lost: the origin
-// answers the edge's PING with its own, the edge acknowledges it at once (a gap), and the
-// origin's QUIC declares the response lost and sends it again.
-func TestUDPTailProbeRecoversLostResponse(t *testing.T) {
-	p := newPair(t, pairOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range 5 {
-		_, err := p.call(ctx, soapMessage(i, 700))
-		require.NoError(t, err)
-	}
-	p.lossy(t, 0.01)
-	detected := false
-	for attempt := 0; attempt < 8 && !detected; attempt++ {
-		lost := p.counter(t, "soapgw_udp_packets_total", "peer", "edge", "kind", "lost")
-		pongs := p.counter(t, "soapgw_udp_tail_probes_total", "peer", "edge")
-		var dropped atomic.Bool
-		p.edgeSock.Load().setDropIn(func(b []byte) bool {
-			return len(b) > 500 && len(b) < 1000 && dropped.CompareAndSwap(false, true)
-		})
-		req := soapMessage(100+attempt, 700)
-		resp, err := p.call(ctx, req)
-		require.NoError(t, err)
-		require.Equal(t, append([]byte("echo:"), req...), resp)
-		p.edgeSock.Load().setDropIn(nil)
-		if !dropped.Load() {
-			continue
-		}
-		if p.counter(t, "soapgw_udp_tail_probes_total", "peer", "edge") > pongs {
-			detected = p.counter(t, "soapgw_udp_packets_total", "peer", "edge", "kind", "lost") > lost
-		}
-	}
-	require.True(t, detected, "the origin answered the probe and its QUIC resent the response on loss detection")
 }
 
 // TestUDPTailProbesOnlyWhenLossIsReported: on a clean path no exchange is probed, even a
