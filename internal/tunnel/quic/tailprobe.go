@@ -31,10 +31,12 @@ const (
 )
 
 // probeAfter is how long after its request an exchange without a response head gets a
-// probe: a little more than a round trip, so a normal response is in by then, and at
-// least 1/8 RTT after the request, so its acknowledgement finds the request overdue.
-func probeAfter(srtt time.Duration) time.Duration {
-	return min(srtt*5/4+probeMargin, maxProbeWait)
+// probe: a little more than a round trip, so a normal response is in by then (5/4 of the
+// smoothed RTT, or the RTT and four mean deviations if that is less, as on a long steady
+// path), and so at least 1/8 RTT after the request, for its acknowledgement to find the
+// request overdue.
+func probeAfter(srtt, rttDev time.Duration) time.Duration {
+	return min(min(srtt*5/4, srtt+4*rttDev)+probeMargin, maxProbeWait)
 }
 
 // tailProber tracks the edge's exchanges that wait for a response head and sends one
@@ -64,7 +66,8 @@ func (p *tailProber) sent(st *Stream, copied bool) {
 	if copied || st.bulk || st.server || p.c.loss.lossRatio() < probeLoss {
 		return
 	}
-	due := time.Now().Add(probeAfter(p.c.srtt()))
+	stats := p.c.qc.ConnectionStats()
+	due := time.Now().Add(probeAfter(stats.SmoothedRTT, stats.MeanDeviation))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.waiting = append(p.waiting, probeWait{st, due})

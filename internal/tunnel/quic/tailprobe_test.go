@@ -104,3 +104,17 @@ func TestUDPTailProbesOnlyWhenLossIsReported(t *testing.T) {
 	require.Equal(t, 5.0, p.counter(t, "soapgw_udp_tail_probes_total", "peer", "origin"), "one probe per late exchange")
 	require.LessOrEqual(t, p.counter(t, "soapgw_udp_tail_probes_total", "peer", "edge"), 5.0)
 }
+
+// TestProbeAfter: a little more than a round trip, the tighter of 5/4 RTT and RTT + 4
+// deviations, bounded.
+func TestProbeAfter(t *testing.T) {
+	ms := time.Millisecond
+	for _, tt := range []struct{ srtt, dev, want time.Duration }{
+		{14 * ms, 2 * ms, 14*ms*5/4 + 2*ms},                      // routed-wlan: 5/4 RTT is tighter
+		{150 * ms, 2 * ms, 158*ms + 2*ms},                        // a long steady path: RTT + 4 deviations
+		{100 * time.Microsecond, 0, 2*ms + 100*time.Microsecond}, // loopback: the margin
+		{5 * time.Second, time.Second, 2 * time.Second},          // bounded
+	} {
+		require.Equal(t, tt.want, probeAfter(tt.srtt, tt.dev), "srtt %v dev %v", tt.srtt, tt.dev)
+	}
+}
