@@ -105,16 +105,25 @@ func TestUDPTailProbesOnlyWhenLossIsReported(t *testing.T) {
 	require.LessOrEqual(t, p.counter(t, "soapgw_udp_tail_probes_total", "peer", "edge"), 5.0)
 }
 
-// TestProbeAfter: a little more than a round trip, the tighter of 5/4 RTT and RTT + 4
-// deviations, bounded.
-func TestProbeAfter(t *testing.T) {
+// TestProbeDelay: a little more than a round trip, the tighter of 5/4 RTT and RTT + 4
+// deviations; and probing only where the probe's acknowledgement comes back
+// before QUIC's probe timeout would fire (probeAfter < 4 deviations + 25 ms).
+func TestProbeDelay(t *testing.T) {
 	ms := time.Millisecond
-	for _, tt := range []struct{ srtt, dev, want time.Duration }{
-		{14 * ms, 2 * ms, 14*ms*5/4 + 2*ms},                      // routed-wlan: 5/4 RTT is tighter
-		{150 * ms, 2 * ms, 158*ms + 2*ms},                        // a long steady path: RTT + 4 deviations
-		{100 * time.Microsecond, 0, 2*ms + 100*time.Microsecond}, // loopback: the margin
-		{5 * time.Second, time.Second, 2 * time.Second},          // bounded
+	for _, tt := range []struct {
+		name      string
+		srtt, dev time.Duration
+		want      time.Duration
+		pays      bool
+	}{
+		{"routed-wlan: 5/4 RTT is tighter", 14 * ms, 2 * ms, 14*ms*5/4 + 2*ms, true},
+		{"loopback: the margin", 100 * time.Microsecond, 0, 2*ms + 100*time.Microsecond, true},
+		{"3g: RTT + 4 deviations, later than the probe timeout's share", 150 * ms, 2 * ms, 158*ms + 2*ms, false},
+		{"a jittery short path", 30 * ms, 10 * ms, 30*ms*5/4 + 2*ms, true},
+		{"gprs", 820 * ms, 20 * ms, 900*ms + 2*ms, false},
 	} {
-		require.Equal(t, tt.want, probeAfter(tt.srtt, tt.dev), "srtt %v dev %v", tt.srtt, tt.dev)
+		after, pays := probeDelay(tt.srtt, tt.dev)
+		require.Equal(t, tt.want, after, tt.name)
+		require.Equal(t, tt.pays, pays, tt.name)
 	}
 }
