@@ -692,7 +692,12 @@ func (c *conn) readControl(br *bufio.Reader) {
 				c.onNack(seq)
 			}
 		case ctrlWaited:
-			c.window.waited()
+			ms, err := parseSeq(payload)
+			if err != nil {
+				c.close(closeProtocol, err.Error())
+				return
+			}
+			c.onWaited(time.Duration(ms) * time.Millisecond)
 		case ctrlAbandon:
 			id, err := parseSeq(payload)
 			if err != nil {

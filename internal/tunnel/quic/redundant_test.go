@@ -221,3 +221,40 @@ func TestCopyNowNeverCopiesBulk(t *testing.T) {
 		require.Equal(t, tt.want, c.copyNow(tt.bulk), "mode %d lossy %v bulk %v", tt.mode, tt.lossy, tt.bulk)
 	}
 }
+
+// TestUDPWaitsCopiesExplainKeepTheWindowWide: a reported wait turns the auto window strict,
+// unless this side is sending copies and the wait is no longer than a copy explains; a
+// longer wait turns it strict even then.
+func TestUDPWaitsCopiesExplainKeepTheWindowWide(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  Redundancy
+		wait  time.Duration
+		width uint64
+	}{
+		{"no copies: strict", RedundancyOff, 6 * time.Millisecond, 1},
+		{"copies, short wait: wide", RedundancyOn, 6 * time.Millisecond, autoWindowWide},
+		{"copies, long wait: strict", RedundancyOn, 200 * time.Millisecond, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPair(t, pairOptions{copies: tc.mode})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := p.call(ctx, soapMessage(1, 300))
+			require.NoError(t, err)
+			c := p.edgeConns()[0]
+			require.EqualValues(t, autoWindowWide, c.window.size(), "a clean start is wide")
+			c.onWaited(tc.wait)
+			require.Equal(t, tc.width, c.window.size())
+		})
+	}
+}
+
+// TestCopiesAbsorbWait: twice a copy's delay and 10 ms.
+func TestCopiesAbsorbWait(t *testing.T) {
+	ms := time.Millisecond
+	require.True(t, copiesAbsorbWait(14*ms, 14*ms)) // routed-wlan: copies 2 ms apart, up to 14 ms
+	require.False(t, copiesAbsorbWait(15*ms, 14*ms))
+	require.True(t, copiesAbsorbWait(47*ms, 150*ms))  // 3g: 18.75 ms apart, up to 47.5 ms
+	require.False(t, copiesAbsorbWait(60*ms, 820*ms)) // gprs: 20 ms apart (the cap), up to 50 ms
+}
