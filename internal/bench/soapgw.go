@@ -27,15 +27,12 @@ type soapgwPair struct {
 	redundancy string // with transport udp: edge.peers[].redundancy (off, auto, on)
 }
 
+// Name is the configuration's family prefix (soapgwPrefixes) and codec.
 func (c soapgwPair) Name() string {
-	switch {
-	case c.transport != "udp":
-	case c.redundancy == "on":
-		return "soapgw-udp-redundant/" + c.codec
-	case c.redundancy == "auto":
-		return "soapgw-udp-auto/" + c.codec
-	default:
-		return "soapgw-udp/" + c.codec
+	for _, f := range soapgwPrefixes {
+		if f.transport == c.transport && f.redundancy == c.redundancy {
+			return f.prefix + c.codec
+		}
 	}
 	return "soapgw/" + c.codec
 }

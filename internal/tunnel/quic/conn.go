@@ -224,7 +224,6 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.enc.fresh = true
 	c.dec.changed = make(chan struct{})
 	c.window.fixed = 1
-	c.loss.transition = c.copyTransition
 	c.prober.init(c)
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
 	c.ackTimer.Stop()

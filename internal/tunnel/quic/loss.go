@@ -38,48 +38,53 @@ type reporter struct {
 	received uint64    // packets received as of the last report
 }
 
-// due returns the payload of a RECEIVED frame to send now, or nil.
-func (r *reporter) due(now time.Time, received uint64) []byte {
+// due returns the payload of a RECEIVED frame to send now, or nil. received is asked
+// only once a second at most: due runs before every message.
+func (r *reporter) due(now time.Time, received func() uint64) []byte {
 	if !r.mu.TryLock() {
 		return nil // another exchange is deciding
 	}
 	defer r.mu.Unlock()
 	gap := now.Sub(r.at)
-	moved := received - r.received
-	if moved == 0 || gap < reportEvery || (moved < reportPackets && gap < reportIdleEvery) {
+	if gap < reportEvery {
 		return nil
 	}
-	r.at, r.received = now, received
-	return binary.AppendUvarint(nil, received)
+	n := received()
+	moved := n - r.received
+	if moved == 0 || (moved < reportPackets && gap < reportIdleEvery) {
+		return nil
+	}
+	r.at, r.received = now, n
+	return binary.AppendUvarint(nil, n)
 }
 
 // lossMeter estimates the share of this side's packets the peer never received, from
 // the peer's reports, and says whether copies should be on (redundancy auto).
 type lossMeter struct {
-	mu         sync.Mutex
-	have       bool      // a first report set the baseline
-	at         time.Time // arrival of the last report
-	sent       uint64    // packets sent by us when it arrived
-	received   uint64    // packets the peer had received when it left
-	sentEW     float64   // packets sent, weighted by age
-	lostEW     float64   // packets missing, weighted by age (may dip below 0 briefly)
-	onSince    time.Time // copies went on (zero: off)
-	ratio      atomic.Uint64
-	copying    atomic.Bool
-	transition func(on bool, ratio float64) // called (with mu held) when copying changes
+	mu       sync.Mutex
+	have     bool      // a first report set the baseline
+	at       time.Time // arrival of the last report
+	sent     uint64    // packets sent by us when it arrived
+	received uint64    // packets the peer had received when it left
+	sentEW   float64   // packets sent, weighted by age
+	lostEW   float64   // packets missing, weighted by age (may dip below 0 briefly)
+	onSince  time.Time // copies went on (zero: off)
+	ratio    atomic.Uint64
+	copying  atomic.Bool
 }
 
-// report records the peer's count of received packets, with ours of sent ones now.
-// A count that goes back (a peer's bug or a replayed frame) is ignored.
-func (m *lossMeter) report(now time.Time, sent, received uint64) {
+// report records the peer's count of received packets, with ours of sent ones now, and
+// reports whether copying switched on or off. A count that goes back (a peer's bug or a
+// replayed frame) is ignored.
+func (m *lossMeter) report(now time.Time, sent, received uint64) (switched bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.have && (received < m.received || sent < m.sent) {
-		return
+		return false
 	}
 	if !m.have {
 		m.have, m.at, m.sent, m.received = true, now, sent, received
-		return
+		return false
 	}
 	dSent := float64(sent - m.sent)
 	dLost := dSent - float64(received-m.received)
@@ -88,7 +93,7 @@ func (m *lossMeter) report(now time.Time, sent, received uint64) {
 	m.lostEW = m.lostEW*decay + dLost
 	m.at, m.sent, m.received = now, sent, received
 	if m.sentEW < lossEvidence {
-		return
+		return false
 	}
 	ratio := min(max(m.lostEW/m.sentEW, 0), 1)
 	m.ratio.Store(math.Float64bits(ratio))
@@ -96,16 +101,13 @@ func (m *lossMeter) report(now time.Time, sent, received uint64) {
 	case !on && ratio >= copiesOnLoss:
 		m.onSince = now
 		m.copying.Store(true)
-		if m.transition != nil {
-			m.transition(true, ratio)
-		}
+		return true
 	case on && ratio < copiesOffLoss && now.Sub(m.onSince) >= copiesMinOn:
 		m.onSince = time.Time{}
 		m.copying.Store(false)
-		if m.transition != nil {
-			m.transition(false, ratio)
-		}
+		return true
 	}
+	return false
 }
 
 // lossRatio is the last estimate (0 until there is enough evidence).
@@ -114,12 +116,15 @@ func (m *lossMeter) lossRatio() float64 { return math.Float64frombits(m.ratio.Lo
 // maybeReport sends RECEIVED when one is due. It runs just before an exchange writes its
 // message, so the frame most often rides in the message's packet.
 func (c *conn) maybeReport() {
-	if p := c.reports.due(time.Now(), c.qc.ConnectionStats().PacketsReceived); p != nil {
+	received := func() uint64 { return c.qc.ConnectionStats().PacketsReceived }
+	if p := c.reports.due(time.Now(), received); p != nil {
 		c.sendCtrl(ctrlReceived, p)
 	}
 }
 
 // onReceivedReport takes the peer's RECEIVED.
 func (c *conn) onReceivedReport(received uint64) {
-	c.loss.report(time.Now(), c.qc.ConnectionStats().PacketsSent, received)
+	if c.loss.report(time.Now(), c.qc.ConnectionStats().PacketsSent, received) {
+		c.copyTransition(c.loss.copying.Load(), c.loss.lossRatio())
+	}
 }

@@ -19,8 +19,7 @@ type lossRun struct {
 
 func newLossRun() *lossRun {
 	r := &lossRun{now: time.Unix(1000, 0)}
-	r.m.transition = func(on bool, _ float64) { r.transitions = append(r.transitions, on) }
-	r.m.report(r.now, 0, 0)
+	r.report(0, 0)
 	return r
 }
 
@@ -29,7 +28,14 @@ func (r *lossRun) seconds(n, perSecond int, missing func(i int) int) {
 		r.now = r.now.Add(time.Second)
 		r.sent += uint64(perSecond)
 		r.recvd += uint64(perSecond - missing(i))
-		r.m.report(r.now, r.sent, r.recvd)
+		r.report(r.sent, r.recvd)
+	}
+}
+
+// report feeds one report and records a switch of copying.
+func (r *lossRun) report(sent, received uint64) {
+	if r.m.report(r.now, sent, received) {
+		r.transitions = append(r.transitions, r.m.copying.Load())
 	}
 }
 
@@ -92,7 +98,7 @@ func TestLossMeterTurnsCopiesOnAndOff(t *testing.T) {
 		run: func(t *testing.T, r *lossRun) {
 			r.seconds(10, 100, func(int) int { return 0 })
 			r.now = r.now.Add(time.Second)
-			r.m.report(r.now, r.sent+100, 5) // a stale or bogus report
+			r.report(r.sent+100, 5) // a stale or bogus report
 			r.seconds(10, 100, func(int) int { return 0 })
 		},
 		ratio: [2]float64{0, 0},
@@ -114,7 +120,7 @@ func TestReporterPacing(t *testing.T) {
 	var r reporter
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	p := r.due(at(0), 5)
+	p := r.due(at(0), func() uint64 { return 5 })
 	require.NotNil(t, p, "the first report goes at once")
 	n, _ := binary.Uvarint(p)
 	require.EqualValues(t, 5, n)
@@ -131,7 +137,7 @@ func TestReporterPacing(t *testing.T) {
 		{30 * time.Second, 510, false},       // nothing came: nothing to say
 		{31 * time.Second, 574, true},        // 64 more
 	} {
-		p := r.due(at(tt.at), tt.received)
+		p := r.due(at(tt.at), func() uint64 { return tt.received })
 		require.Equal(t, tt.sent, p != nil, "at %v with %d received", tt.at, tt.received)
 	}
 }
