@@ -91,6 +91,7 @@ type conn struct {
 	prober     tailProber    // edge: PINGs for exchanges whose response is late (tailprobe.go)
 	lastPong   atomic.Int64  // origin: unix nanos of the last PING answered
 	copies     chan copyItem
+	awaited    awaitedCopy // the peer's copy this side's next copy waits for (redundant.go)
 	regMu      sync.Mutex
 	exchanges  map[quicgo.StreamID]*Stream // open exchanges a copy may be for
 	server     bool
@@ -711,6 +712,7 @@ func (c *conn) readControl(br *bufio.Reader) {
 				return
 			}
 			c.onReceivedReport(n)
+		case ctrlCarry: // its packet did the work (it carried QUIC's acknowledgement)
 		case ctrlPing: // its packet did the work (it came from the edge's current address, or after a lost one)
 			c.onPing()
 		case ctrlGoAway:

@@ -67,7 +67,12 @@ type filterConn struct {
 	dropped atomic.Int64
 	dark    atomic.Bool
 	delay   atomic.Int64 // nanoseconds every outgoing packet is held: a longer path
+	small   atomic.Int64 // packets written shorter than smallPacket
 }
+
+// smallPacket: a QUIC packet this short carries no message of the tests that count them
+// (an acknowledgement alone, a control frame alone).
+const smallPacket = 64
 
 func (f *filterConn) ReadFrom(p []byte) (int, net.Addr, error) {
 	for {
@@ -83,6 +88,9 @@ func (f *filterConn) ReadFrom(p []byte) (int, net.Addr, error) {
 }
 
 func (f *filterConn) WriteTo(p []byte, addr net.Addr) (int, error) {
+	if len(p) < smallPacket {
+		f.small.Add(1)
+	}
 	if d := f.drop.Load(); f.dark.Load() || d != nil && (*d)(p) {
 		f.dropped.Add(1)
 		return len(p), nil
@@ -115,11 +123,12 @@ func (f *filterConn) setDropIn(d func(p []byte) bool) {
 // pair is an origin Server and an edge Peer over loopback UDP, authenticated with a
 // shared key, with a handler the test sets.
 type pair struct {
-	srv      *Server
-	peer     *Peer
-	reg      *prometheus.Registry
-	edgeSock atomic.Pointer[filterConn]
-	handler  atomic.Pointer[Handler]
+	srv        *Server
+	peer       *Peer
+	reg        *prometheus.Registry
+	edgeSock   atomic.Pointer[filterConn]
+	originSock *filterConn // set with pairOptions.delay
+	handler    atomic.Pointer[Handler]
 }
 
 type pairOptions struct {
@@ -137,6 +146,8 @@ type pairOptions struct {
 	// keepalive is both sides' keepalive interval and timeout (default 2 s); the QUIC
 	// idle timeout is the interval plus max(timeout, 1 s).
 	keepalive time.Duration
+	// delay holds every packet both sides send that long: a path of twice that RTT.
+	delay time.Duration
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -192,6 +203,11 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	p.handler.Store(&echo)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(t, err)
+	if o.delay > 0 {
+		p.originSock = &filterConn{PacketConn: pc}
+		p.originSock.delay.Store(int64(o.delay))
+		pc = p.originSock
+	}
 	served := make(chan error, 1)
 	go func() { served <- p.srv.Serve(pc) }()
 	p.peer = NewPeer(context.Background(), PeerConfig{
@@ -204,6 +220,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 				return c, err
 			}
 			fc := &filterConn{PacketConn: c}
+			fc.delay.Store(int64(o.delay))
 			p.edgeSock.Store(fc)
 			return fc, nil
 		},

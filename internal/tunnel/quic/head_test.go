@@ -64,6 +64,8 @@ func TestControlFrames(t *testing.T) {
 	require.Equal(t, "060108", hex.EncodeToString(appendCtrl(nil, ctrlAbandon, binary.AppendUvarint(nil, 8))))
 	// RECEIVED: 300 packets received so far.
 	require.Equal(t, "0702ac02", hex.EncodeToString(appendCtrl(nil, ctrlReceived, binary.AppendUvarint(nil, 300))))
+	// CARRY: empty.
+	require.Equal(t, "0800", hex.EncodeToString(appendCtrl(nil, ctrlCarry, nil)))
 	r := bytes.NewReader(append(b, appendCtrl(nil, ctrlGoAway, []byte("bye"))...))
 	typ, p, err := readCtrl(r, nil)
 	require.NoError(t, err)

@@ -226,6 +226,20 @@ func (c *conn) sendCopies() {
 	defer c.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	wait := func(d time.Duration, until <-chan struct{}) bool {
+		if d <= 0 {
+			return true
+		}
+		t.Reset(d)
+		select {
+		case <-t.C:
+		case <-until:
+			t.Stop() // since Go 1.23 no stale tick is left in t.C
+		case <-c.done():
+			return false
+		}
+		return true
+	}
 	for {
 		var it copyItem
 		select {
@@ -233,13 +247,11 @@ func (c *conn) sendCopies() {
 		case <-c.done():
 			return
 		}
-		if d := time.Until(it.due); d > 0 {
-			t.Reset(d)
-			select {
-			case <-t.C:
-			case <-c.done():
-				return
-			}
+		if !wait(time.Until(it.due), nil) {
+			return
+		}
+		if ch := c.awaited.holding(c.streams.Load()); ch != nil && !wait(copyDelay(c.srtt()), ch) {
+			return
 		}
 		if it.skip != nil && it.skip() {
 			c.m.copies.WithLabelValues("skipped").Inc()
@@ -249,8 +261,81 @@ func (c *conn) sendCopies() {
 			c.m.copies.WithLabelValues("too_large").Inc()
 			continue
 		}
+		c.sendCtrl(ctrlCarry, nil)
 		c.m.copies.WithLabelValues("sent").Inc()
 	}
+}
+
+// Copies carry the acknowledgements (SPEC.md, "Copies").
+//
+// quic-go acknowledges at once when a second ack-eliciting packet comes since it last
+// sent an acknowledgement, and otherwise puts the acknowledgement in the next packet that
+// carries stream data, or sends it alone after 25 ms. A packet of DATAGRAM frames only
+// carries none. With copies, each side receives two packets per message (the message and
+// its copy) and, unless it sends something between them and the next message, the next
+// message's arrival triggers an acknowledgement in a packet of its own, a fraction of a
+// millisecond before this side's answer or next request leaves. That costs a packet (about
+// 60 bytes on the link) per message, and on a path whose delay varies it delays the
+// message behind it: a packet never overtakes the one before it, so the message waits for
+// the slower of the two (routed-wlan: +0.5 ms at the median).
+//
+// So a copy leaves with a CARRY control frame: stream data, so its packet carries the
+// acknowledgement; and a copy waits (a bounded time, while at most one exchange is open,
+// the sequential pattern this is for) for the copy of the message the peer sent last, so
+// that what it acknowledges includes that copy. Then every packet received is acknowledged
+// in a packet this side sends anyway.
+
+// awaitedCopy is the peer's copy this side's next copy waits for: that of the last
+// message received from its stream while the peer sends copies.
+type awaitedCopy struct {
+	mu       sync.Mutex
+	id       quicgo.StreamID
+	waiting  bool
+	arrived  chan struct{} // closed when the awaited copy arrives
+	lastCopy quicgo.StreamID
+	copyAt   time.Time // when the last copy came: the peer copies while this is recent
+}
+
+// peerCopiesFor is how long after its last copy the peer is taken to copy still.
+const peerCopiesFor = time.Second
+
+// expect notes that a message of stream id came from its stream: if the peer copies, its
+// copy is on its way.
+func (a *awaitedCopy) expect(id quicgo.StreamID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.copyAt.IsZero() || time.Since(a.copyAt) > peerCopiesFor || a.lastCopy == id {
+		return
+	}
+	if a.waiting {
+		close(a.arrived)
+	}
+	a.id, a.waiting, a.arrived = id, true, make(chan struct{})
+}
+
+// got notes that the copy of stream id came.
+func (a *awaitedCopy) got(id quicgo.StreamID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastCopy, a.copyAt = id, time.Now()
+	if a.waiting && a.id == id {
+		a.waiting = false
+		close(a.arrived)
+	}
+}
+
+// holding returns what a copy about to leave waits for, or nil: the awaited copy's
+// arrival, while at most one exchange is open.
+func (a *awaitedCopy) holding(open int64) <-chan struct{} {
+	if open > 1 {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.waiting {
+		return nil
+	}
+	return a.arrived
 }
 
 // receiveCopies hands received copies to their exchanges until the connection ends.
@@ -279,6 +364,7 @@ const maxCopy = 1100
 // or at the origin the stream of a request (accepted already, or an exchange started now
 // for a stream not accepted yet).
 func (c *conn) onCopy(id quicgo.StreamID, msg []byte) {
+	c.awaited.got(id)
 	c.regMu.Lock()
 	st := c.exchanges[id]
 	if st != nil || !c.server {

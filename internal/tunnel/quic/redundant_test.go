@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -257,4 +258,86 @@ func TestCopiesAbsorbWait(t *testing.T) {
 	require.False(t, copiesAbsorbWait(15*ms, 14*ms))
 	require.True(t, copiesAbsorbWait(47*ms, 150*ms))  // 3g: 18.75 ms apart, up to 47.5 ms
 	require.False(t, copiesAbsorbWait(60*ms, 820*ms)) // gprs: 20 ms apart (the cap), up to 50 ms
+}
+
+// TestUDPCopiesCarryAcknowledgements: with copies both ways, sequential exchanges over a
+// 20 ms path are acknowledged in the packets both sides send anyway. Without the CARRY
+// frame a copy's packet carries no acknowledgement, so the arrival of each next message
+// (the second packet since the last acknowledgement) made QUIC send one in a packet of its
+// own, just before the answer: two such packets per exchange, every time. With it, none
+// as a rule; a starved scheduler can split a copy from its CARRY frame or let a copy's wait
+// run out, so a round counts as passed at under one such packet per exchange, and a busy
+// machine gets a few rounds.
+func TestUDPCopiesCarryAcknowledgements(t *testing.T) {
+	p := newPair(t, pairOptions{copies: RedundancyOn, delay: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	call := func(i int) {
+		got, err := p.call(ctx, soapMessage(i, 300))
+		require.NoError(t, err)
+		require.Equal(t, "echo:"+string(soapMessage(i, 300)), string(got))
+	}
+	for i := range 10 { // the RTT estimate settles; the connection's setup packets pass
+		call(i)
+	}
+	edge, origin := p.edgeSock.Load(), p.originSock
+	copies := func() float64 {
+		return p.counter(t, "soapgw_udp_copies_total", "peer", "origin", "result", "sent") +
+			p.counter(t, "soapgw_udp_copies_total", "peer", "edge", "result", "sent")
+	}
+	const calls, rounds = 40, 6
+	var small []int64
+	for r := range rounds {
+		before, sent := edge.small.Load()+origin.small.Load(), copies()
+		for i := range calls {
+			call(10 + r*calls + i)
+		}
+		require.GreaterOrEqual(t, copies()-sent, float64(calls), "copies went both ways")
+		small = append(small, edge.small.Load()+origin.small.Load()-before)
+		if small[r] < calls {
+			return
+		}
+	}
+	t.Fatalf("packets without a message (an acknowledgement or a control frame alone) per %d exchanges, each round: %v", calls, small)
+}
+
+func TestAwaitedCopy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var a awaitedCopy
+		a.expect(4)
+		require.Nil(t, a.holding(1), "no copy ever came: the peer does not copy")
+
+		a.got(0) // the peer copies
+		a.expect(4)
+		ch := a.holding(1)
+		require.NotNil(t, ch, "the copy of 4 is on its way")
+		require.Nil(t, a.holding(2), "no wait while more exchanges are open")
+		a.got(8) // another stream's copy
+		require.NotNil(t, a.holding(1))
+		a.got(4)
+		require.Nil(t, a.holding(1))
+		select {
+		case <-ch:
+		default:
+			t.Fatal("the waiter was not woken")
+		}
+
+		a.expect(12)
+		ch = a.holding(1)
+		a.expect(16) // a newer message: its copy is awaited now, the old waiter let go
+		select {
+		case <-ch:
+		default:
+			t.Fatal("the waiter on 12 was not let go")
+		}
+		a.got(16)
+
+		a.got(20) // the copy came before its stream's message
+		a.expect(20)
+		require.Nil(t, a.holding(1))
+
+		time.Sleep(peerCopiesFor + time.Millisecond) // the peer stopped copying
+		a.expect(24)
+		require.Nil(t, a.holding(1))
+	})
 }

@@ -161,6 +161,10 @@ const (
 	// ctrlReceived, both ways: uvarint count of packets the sender has received on this
 	// connection so far; the peer compares it with what it sent (loss.go).
 	ctrlReceived = 7
+	// ctrlCarry, both ways: empty. It rides in the packet of a copy so that packet carries
+	// QUIC's acknowledgement of what came since this side last sent (redundant.go,
+	// "Copies carry the acknowledgements"); the receiver ignores it.
+	ctrlCarry = 8
 )
 
 // maxCtrlPayload bounds a control frame's payload.
