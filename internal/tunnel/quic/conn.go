@@ -91,7 +91,8 @@ type conn struct {
 	prober     tailProber    // edge: PINGs for exchanges whose response is late (tailprobe.go)
 	lastPong   atomic.Int64  // origin: unix nanos of the last PING answered
 	copies     chan copyItem
-	awaited    awaitedCopy // the peer's copy this side's next copy waits for (redundant.go)
+	awaited    awaitedCopy   // the peer's copy this side's next copy waits for (redundant.go)
+	longWaitAt atomic.Uint64 // lane's sent count + 1 at the last wait copies did not explain (rareWait)
 	regMu      sync.Mutex
 	exchanges  map[quicgo.StreamID]*Stream // open exchanges a copy may be for
 	server     bool

@@ -227,15 +227,21 @@ func TestCopyNowNeverCopiesBulk(t *testing.T) {
 // unless this side is sending copies and the wait is no longer than a copy explains; a
 // longer wait turns it strict even then.
 func TestUDPWaitsCopiesExplainKeepTheWindowWide(t *testing.T) {
+	const long = 200 * time.Millisecond // more than copies explain
 	for _, tc := range []struct {
 		name  string
 		mode  Redundancy
-		wait  time.Duration
+		waits []time.Duration
+		apart uint64 // sequenced messages sent between two waits
 		width uint64
 	}{
-		{"no copies: strict", RedundancyOff, 6 * time.Millisecond, 1},
-		{"copies, short wait: wide", RedundancyOn, 6 * time.Millisecond, autoWindowWide},
-		{"copies, long wait: strict", RedundancyOn, 200 * time.Millisecond, 1},
+		{"no copies: strict", RedundancyOff, []time.Duration{6 * time.Millisecond}, 0, 1},
+		{"no copies, long wait: strict", RedundancyOff, []time.Duration{long}, 0, 1},
+		{"copies, short wait: wide", RedundancyOn, []time.Duration{6 * time.Millisecond}, 0, autoWindowWide},
+		{"copies, short waits often: wide", RedundancyOn, []time.Duration{6 * time.Millisecond, 14 * time.Millisecond, 9 * time.Millisecond}, 1, autoWindowWide},
+		{"copies, one long wait: wide", RedundancyOn, []time.Duration{long}, 0, autoWindowWide},
+		{"copies, long waits far apart: wide", RedundancyOn, []time.Duration{long, long, long}, longWaitSpacing, autoWindowWide},
+		{"copies, long waits close together: strict", RedundancyOn, []time.Duration{long, long}, longWaitSpacing - 1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, pairOptions{copies: tc.mode})
@@ -245,7 +251,15 @@ func TestUDPWaitsCopiesExplainKeepTheWindowWide(t *testing.T) {
 			require.NoError(t, err)
 			c := p.edgeConns()[0]
 			require.EqualValues(t, autoWindowWide, c.window.size(), "a clean start is wide")
-			c.onWaited(tc.wait)
+			for i, d := range tc.waits {
+				if i > 0 { // as if that many sequenced messages had been sent and acknowledged
+					c.enc.mu.Lock()
+					c.enc.sent += tc.apart
+					c.enc.acked += tc.apart
+					c.enc.mu.Unlock()
+				}
+				c.onWaited(d)
+			}
 			require.Equal(t, tc.width, c.window.size())
 		})
 	}
