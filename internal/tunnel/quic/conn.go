@@ -217,6 +217,14 @@ func (w *windowPolicy) waited() {
 	}
 }
 
+// relax ends a strict period early.
+func (w *windowPolicy) relax() {
+	w.strictUntil.Store(0)
+	if w.gauge != nil && w.fixed == 0 {
+		w.gauge.Set(autoWindowWide)
+	}
+}
+
 // errLaneBusy means the sequenced lane has a message in flight.
 var errLaneBusy = errors.New("sequenced lane busy")
 

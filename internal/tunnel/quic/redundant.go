@@ -542,6 +542,9 @@ func (c *conn) copyTransition(on bool, ratio float64) {
 	}
 	lost := fmt.Sprintf("%.2f%%", 100*ratio)
 	if on {
+		// The waits that made the window strict came while messages went once; with
+		// copies such losses cost a few milliseconds (onWaited), so start wide again.
+		c.window.relax()
 		c.log.Info("udp tunnel: sending small messages twice while packets are lost (redundancy auto)", "peer", c.label, "lost", lost)
 	} else {
 		c.log.Info("udp tunnel: sending small messages once again, loss has fallen (redundancy auto)", "peer", c.label, "lost", lost)

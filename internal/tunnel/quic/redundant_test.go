@@ -265,6 +265,25 @@ func TestUDPWaitsCopiesExplainKeepTheWindowWide(t *testing.T) {
 	}
 }
 
+// TestUDPCopiesTurningOnWidenTheWindow: with redundancy auto, waits before copies began
+// made the window strict; when copies turn on it is wide again (for 30 s it stayed strict,
+// most of a long run on routed-wlan with 16 clients).
+func TestUDPCopiesTurningOnWidenTheWindow(t *testing.T) {
+	p := newPair(t, pairOptions{copies: RedundancyAuto})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.call(ctx, soapMessage(1, 300))
+	require.NoError(t, err)
+	c := p.edgeConns()[0]
+	c.onWaited(6 * time.Millisecond) // not copying yet: strict
+	require.EqualValues(t, 1, c.window.size())
+	c.loss.copying.Store(true)
+	c.copyTransition(true, 0.01)
+	require.EqualValues(t, autoWindowWide, c.window.size())
+	c.onWaited(6 * time.Millisecond) // copies explain it now
+	require.EqualValues(t, autoWindowWide, c.window.size())
+}
+
 // TestCopiesAbsorbWait: twice a copy's delay and 10 ms.
 func TestCopiesAbsorbWait(t *testing.T) {
 	ms := time.Millisecond
