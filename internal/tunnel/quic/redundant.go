@@ -194,6 +194,7 @@ type copyItem struct {
 	due  time.Time
 	msg  []byte
 	skip func() bool // true: the copy is no longer useful (the answer is in)
+	only bool        // the message's only way out yet (its stream is not there): never held
 }
 
 // copyQueueLen bounds the copies waiting to be sent; beyond it copies are dropped (they are
@@ -214,7 +215,7 @@ func (c *conn) queueCopy(id quicgo.StreamID, msg []byte, delay time.Duration, sk
 	b := binary.AppendUvarint(make([]byte, 0, 8+len(msg)), uint64(id))
 	b = append(b, msg...)
 	select {
-	case c.copies <- copyItem{due: time.Now().Add(delay), msg: b, skip: skip}:
+	case c.copies <- copyItem{due: time.Now().Add(delay), msg: b, skip: skip, only: delay == 0}:
 	default:
 		c.m.copies.WithLabelValues("sent_dropped").Inc()
 	}
@@ -250,7 +251,7 @@ func (c *conn) sendCopies() {
 		if !wait(time.Until(it.due), nil) {
 			return
 		}
-		if ch := c.awaited.holding(c.streams.Load()); ch != nil && !wait(copyDelay(c.srtt()), ch) {
+		if ch := c.awaited.holding(c.streams.Load()); ch != nil && !it.only && !wait(copyDelay(c.srtt()), ch) {
 			return
 		}
 		if it.skip != nil && it.skip() {
