@@ -574,7 +574,7 @@ func (c *conn) onWaited(d time.Duration) {
 // a strict window costs every concurrent message its compression for strictFor. With 1 %
 // loss each way a message and its copy are both lost about once in 10,000: on routed-wlan
 // with 16 clients that was once every 10 s or so, and each kept the window strict for 30 s
-// (about 4x the TCP tunnel's bytes over a long run, against 1.5x without).
+// (about 4x the TCP tunnel's bytes over a long run, against 1.6x without).
 const longWaitSpacing = 100 * autoWindowWide
 
 // rareWait records a wait that copies do not explain and reports whether the one before
