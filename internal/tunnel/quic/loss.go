@@ -24,11 +24,16 @@ const (
 	reportEvery     = time.Second      // at most one report per interval
 	reportPackets   = 64               // ...once this many packets came since the last
 	reportIdleEvery = 10 * time.Second // or after this long, if any came at all
-	lossHalfLife    = 20 * time.Second // weight of older reports halves every interval
-	lossEvidence    = 300              // packets sent (weighted) before the estimate is used
-	copiesOnLoss    = 0.005            // copies go on at 0.5 % loss (p99 of 2-packet exchanges)
-	copiesOffLoss   = 0.002            // ...and off below 0.2 %
-	copiesMinOn     = 30 * time.Second // once on, copies stay on at least this long
+	lossHalfLife    = 20 * time.Second // weight of older reports halves every interval...
+	// ...or every lossHalfLifePackets packets sent, whichever is slower. With time alone
+	// the weighted count of a sender of r packets a second levels off at about 29 r, so
+	// under 10 packets a second (one client on gprs: 2-3) it never reached lossEvidence
+	// and auto never copied there.
+	lossHalfLifePackets = 500
+	lossEvidence        = 300              // packets sent (weighted) before the estimate is used
+	copiesOnLoss        = 0.005            // copies go on at 0.5 % loss (p99 of 2-packet exchanges)
+	copiesOffLoss       = 0.002            // ...and off below 0.2 %
+	copiesMinOn         = 30 * time.Second // once on, copies stay on at least this long
 )
 
 // reporter decides when this side sends RECEIVED. Callers hold no lock.
@@ -88,7 +93,7 @@ func (m *lossMeter) report(now time.Time, sent, received uint64) (switched bool)
 	}
 	dSent := float64(sent - m.sent)
 	dLost := dSent - float64(received-m.received)
-	decay := math.Exp2(-float64(now.Sub(m.at)) / float64(lossHalfLife))
+	decay := math.Exp2(-min(float64(now.Sub(m.at))/float64(lossHalfLife), dSent/lossHalfLifePackets))
 	m.sentEW = m.sentEW*decay + dSent
 	m.lostEW = m.lostEW*decay + dLost
 	m.at, m.sent, m.received = now, sent, received
