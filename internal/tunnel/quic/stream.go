@@ -445,7 +445,9 @@ func (st *Stream) readMessageHeadLocked() error {
 		h, hn, perr := parseHead(b)
 		if perr == nil {
 			st.gotHead.Store(true)
-			st.c.awaited.expect(st.qs.StreamID())
+			if st.c.copiesOn() {
+				st.c.awaited.expect(st.qs.StreamID())
+			}
 			st.rhead, st.hasHead = h, true
 			st.headIn.Store(true)
 			if h.HasAck {
