@@ -21,6 +21,12 @@ import (
 // there (serveResume). So a cut costs the client a delay, not an answer, and the server
 // runs the call once.
 //
+// Once the edge has a response whole it needs no copy: when its tunnel connection
+// acknowledges decoding the response (coded messages are acknowledged, for the codec's
+// sake; tunnel.Stream.AfterDelivered), the origin forgets it at once (delivered). So with
+// a codec the copies held are those of the last round trip or so; identity responses,
+// which nothing acknowledges, are kept for the window below.
+//
 // The copy is bounded in time and size. A response is kept for window after its
 // exchange ended (long enough for a dead connection to be noticed and replaced: the
 // edge's keepalive takes up to 25 s), every response together within maxBytes (oldest
@@ -45,13 +51,13 @@ type heldStore struct {
 	now      func() time.Time
 	m        *heldMetrics
 
-	mu       sync.Mutex
-	byID     map[string]*heldExchange
-	finished []*heldExchange // by finish time; head first out (expiry, eviction)
-	head     int
-	bytes    int64 // held bytes, entry overhead included
-	tombs    map[string]time.Time
-	tombQ    []tombstone // tombs by time, oldest first: expiry looks at the head only
+	mu     sync.Mutex
+	byID   map[string]*heldExchange
+	oldest *heldExchange // the finished exchanges, a list by finish time: oldest first
+	newest *heldExchange // out (expiry, eviction); a delivered one leaves from anywhere
+	bytes  int64         // held bytes, entry overhead included
+	tombs  map[string]time.Time
+	tombQ  []tombstone // tombs by time, oldest first: expiry looks at the head only
 
 	// gone remembers the exchanges the store held and forgot (expired, evicted, lost), by
 	// a hash of their id, the last maxGone of them; horizon is when the newest one it
@@ -142,16 +148,50 @@ func (s *heldStore) neverArrived(id string, since time.Time) bool {
 		notRun: true, done: true, finishedAt: now}
 	s.byID[id] = h
 	s.bytes += heldOverhead
-	s.finished = append(s.finished, h)
+	s.pushLocked(h)
 	s.m.entries.Inc()
 	s.m.bytes.Set(float64(s.bytes))
 	return true
+}
+
+// pushLocked appends h, just finished, to the list of finished exchanges.
+func (s *heldStore) pushLocked(h *heldExchange) {
+	h.prev, h.next, h.queued = s.newest, nil, true
+	if s.newest != nil {
+		s.newest.next = h
+	} else {
+		s.oldest = h
+	}
+	s.newest = h
+}
+
+// unlinkLocked takes h out of the list of finished exchanges.
+func (s *heldStore) unlinkLocked(h *heldExchange) {
+	if !h.queued {
+		return
+	}
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else {
+		s.oldest = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	} else {
+		s.newest = h.prev
+	}
+	h.prev, h.next, h.queued = nil, nil, false
 }
 
 // heldExchange is one exchange's response as the origin wrote it.
 type heldExchange struct {
 	s  *heldStore
 	id string
+
+	// Guarded by s.mu, not mu.
+	prev, next *heldExchange // in the store's list of finished exchanges
+	queued     bool          // in that list
+	touched    bool          // a resume or a second request with its id came: kept its whole window
 
 	mu         sync.Mutex
 	buf        []byte
@@ -183,6 +223,7 @@ const (
 // begin registers a new exchange whose response st will carry. A duplicate id gets the
 // held exchange back instead (heldDuplicate), a tombstoned one nothing (heldTombstoned).
 func (s *heldStore) begin(id string, st Stream) (*heldExchange, heldRefusal) {
+	var resent bool
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked()
@@ -191,16 +232,20 @@ func (s *heldStore) begin(id string, st Stream) (*heldExchange, heldRefusal) {
 		notRun := h.notRun
 		h.mu.Unlock()
 		if !notRun {
+			h.touched = true
 			return h, heldDuplicate
 		}
 		// The edge sends again a request that never reached the server whole (it was
 		// told so by a resume): it runs now, as new. (The old entry leaves the finished
-		// queue on its own; dropLocked leaves the new one alone.)
+		// list on its own; dropLocked leaves the new one alone.)
 		delete(s.byID, id)
+		resent = true
 	} else if _, ok := s.tombs[id]; ok {
 		return nil, heldTombstoned
 	}
-	h := &heldExchange{s: s, id: id, attached: st, changed: make(chan struct{}), accounted: heldOverhead}
+	// A request sent again may have a first copy still on its way (in a connection that
+	// dies slowly): that one is kept its whole window, so the copy finds it and does not run.
+	h := &heldExchange{s: s, id: id, attached: st, changed: make(chan struct{}), accounted: heldOverhead, touched: resent}
 	s.byID[id] = h
 	s.bytes += heldOverhead
 	s.m.entries.Inc()
@@ -213,6 +258,7 @@ func (s *heldStore) lookup(id string) *heldExchange {
 	defer s.mu.Unlock()
 	s.expireLocked()
 	if h := s.byID[id]; h != nil {
+		h.touched = true
 		return h
 	}
 	if _, ok := s.tombs[id]; !ok {
@@ -231,8 +277,8 @@ func (s *heldStore) tombLocked(id string) {
 // expireLocked drops finished exchanges older than the window, and old tombstones.
 func (s *heldStore) expireLocked() {
 	cut := s.now().Add(-s.window)
-	for s.head < len(s.finished) {
-		h := s.finished[s.head]
+	for s.oldest != nil {
+		h := s.oldest
 		h.mu.Lock()
 		old := h.finishedAt.Before(cut)
 		h.mu.Unlock()
@@ -241,7 +287,6 @@ func (s *heldStore) expireLocked() {
 		}
 		s.dropLocked(h, "expired")
 	}
-	s.compactLocked()
 	// Tombstones in the order they were made: this runs for every exchange, so it looks
 	// only at the oldest.
 	n := 0
@@ -255,10 +300,9 @@ func (s *heldStore) expireLocked() {
 	}
 }
 
-// dropLocked forgets the exchange at the head of the finished queue.
+// dropLocked forgets a finished exchange.
 func (s *heldStore) dropLocked(h *heldExchange, why string) {
-	s.finished[s.head] = nil
-	s.head++
+	s.unlinkLocked(h)
 	if s.byID[h.id] == h {
 		delete(s.byID, h.id)
 		s.forgetLocked(h.id)
@@ -272,26 +316,14 @@ func (s *heldStore) dropLocked(h *heldExchange, why string) {
 	s.m.bytes.Set(float64(s.bytes))
 }
 
-func (s *heldStore) compactLocked() {
-	if s.head > 64 && s.head*2 > len(s.finished) {
-		n := copy(s.finished, s.finished[s.head:])
-		clear(s.finished[n:])
-		s.finished, s.head = s.finished[:n], 0
-	}
-	if s.head == len(s.finished) {
-		s.finished, s.head = s.finished[:0], 0
-	}
-}
-
 // reserve accounts n more bytes for h, evicting the oldest finished exchanges if the
 // budget needs it. It reports false when the bytes do not fit (h is then lost).
 func (s *heldStore) reserve(h *heldExchange, n int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.bytes+n > s.maxBytes && s.head < len(s.finished) {
-		s.dropLocked(s.finished[s.head], "evicted")
+	for s.bytes+n > s.maxBytes && s.oldest != nil {
+		s.dropLocked(s.oldest, "evicted")
 	}
-	s.compactLocked()
 	if s.bytes+n > s.maxBytes {
 		return false
 	}
@@ -331,7 +363,34 @@ func (s *heldStore) finish(h *heldExchange) {
 		s.m.bytes.Set(float64(s.bytes))
 		return
 	}
-	s.finished = append(s.finished, h)
+	s.pushLocked(h)
+}
+
+// delivered forgets h once the edge has its whole response: the tunnel acknowledged that
+// the edge decoded it (tunnel.Stream.AfterDelivered). From then on no resume can ask for
+// it (the edge has the bytes, even if the connection dies now) and no second copy of its
+// request can come (the edge sent it once, on that connection) — unless a resume or a
+// second request touched it already: such an exchange keeps its whole window. So with a
+// codec on the tunnel the held responses are those of the last round trip or so, not
+// resume_window's worth of traffic (at 800 exchanges/s: 24,000 responses, 20 MB).
+func (h *heldExchange) delivered() {
+	s := h.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byID[h.id] != h || h.touched {
+		return
+	}
+	delete(s.byID, h.id)
+	s.forgetLocked(h.id)
+	s.unlinkLocked(h)
+	h.mu.Lock()
+	s.bytes -= h.accounted
+	// lost: a startWindow still to come (its AfterSent) finds nothing left to queue.
+	h.accounted, h.buf, h.lost = 0, nil, true
+	h.mu.Unlock()
+	s.m.entries.Dec()
+	s.m.dropped.WithLabelValues("delivered").Inc()
+	s.m.bytes.Set(float64(s.bytes))
 }
 
 // record keeps a copy of p, the next bytes of h's response message. Over maxEach or the
@@ -405,6 +464,9 @@ func (h *heldExchange) complete() {
 func (h *heldExchange) completeWhenSent(st Stream) {
 	if !h.markDone() {
 		return
+	}
+	if ad, ok := st.(interface{ AfterDelivered(func()) }); ok {
+		ad.AfterDelivered(h.delivered)
 	}
 	if as, ok := st.(interface{ AfterSent(func()) }); ok {
 		as.AfterSent(h.startWindow)
@@ -510,7 +572,7 @@ func newHeldMetrics() *heldMetrics {
 		}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_origin_held_dropped_total",
-			Help: "Finished held responses forgotten, by why: expired (origin.resume_window passed) or evicted (origin.resume_max_bytes needed the room).",
+			Help: "Finished held responses forgotten, by why: delivered (the edge acknowledged decoding the whole response: coded messages), expired (origin.resume_window passed) or evicted (origin.resume_max_bytes needed the room).",
 		}, []string{"reason"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_origin_held_lost_total",
@@ -521,7 +583,7 @@ func newHeldMetrics() *heldMetrics {
 			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once).",
 		}, []string{"role", "result"}),
 	}
-	for _, r := range []string{"expired", "evicted"} {
+	for _, r := range []string{"delivered", "expired", "evicted"} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, r := range []string{"too_large", "budget", "failed"} {

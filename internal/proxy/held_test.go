@@ -106,6 +106,69 @@ func TestHeldStoreWindowStartsWhenSent(t *testing.T) {
 	require.Nil(t, s.lookup("a"), "expired one window after it left")
 }
 
+// deliveredStream is a Stream that tells when its message has left (AfterSent) and when
+// the edge acknowledged decoding it (AfterDelivered), as a tunnel stream with a codec.
+type deliveredStream struct {
+	sentStream
+	delivered func()
+}
+
+func (s *deliveredStream) AfterDelivered(f func()) { s.delivered = f }
+
+// TestHeldStoreForgetsDelivered: a response the edge acknowledged is forgotten at once,
+// from anywhere in the list of finished ones, whether its window started or not; one a
+// resume or a second request touched keeps its whole window.
+func TestHeldStoreForgetsDelivered(t *testing.T) {
+	s, now := testHeldStore(30*time.Second, 1<<20)
+	streams := map[string]*deliveredStream{}
+	for _, id := range []string{"a", "b", "c", "resumed", "duplicated", "unsent"} {
+		h, how := s.begin(id, nil)
+		require.Equal(t, heldNew, how)
+		h.record(make([]byte, 1000))
+		st := &deliveredStream{}
+		h.completeWhenSent(st)
+		require.NotNil(t, st.delivered, "%s: the store asks to hear of the delivery", id)
+		streams[id] = st
+		if id != "unsent" {
+			st.f() // sent: its window runs
+		}
+	}
+	require.NotNil(t, s.lookup("resumed"))
+	_, how := s.begin("duplicated", nil)
+	require.Equal(t, heldDuplicate, how)
+	require.Equal(t, int64(6*(1000+heldOverhead)), s.bytes)
+
+	streams["b"].delivered() // the middle of the list
+	require.Nil(t, s.byID["b"], "delivered: forgotten")
+	require.Equal(t, int64(5*(1000+heldOverhead)), s.bytes)
+	streams["a"].delivered() // its head
+	streams["c"].delivered() // and the newest sent
+	streams["unsent"].delivered()
+	streams["unsent"].f() // its window would start now: nothing left to queue
+	streams["resumed"].delivered()
+	streams["duplicated"].delivered()
+	require.Equal(t, int64(2*(1000+heldOverhead)), s.bytes, "touched ones stay")
+	require.NotNil(t, s.byID["resumed"])
+	require.NotNil(t, s.byID["duplicated"])
+	require.Equal(t, 4.0, testutil.ToFloat64(s.m.dropped.WithLabelValues("delivered")))
+	require.Equal(t, 2.0, testutil.ToFloat64(s.m.entries))
+	var listed []string
+	for h := s.oldest; h != nil; h = h.next {
+		listed = append(listed, h.id)
+	}
+	require.Equal(t, []string{"resumed", "duplicated"}, listed)
+	require.False(t, s.neverArrived("b", now.Add(-time.Second)), "a delivered id is remembered as gone")
+
+	*now = now.Add(31 * time.Second)
+	s.mu.Lock()
+	s.expireLocked()
+	s.mu.Unlock()
+	require.Zero(t, s.bytes)
+	require.Nil(t, s.oldest)
+	require.Nil(t, s.newest)
+	require.Equal(t, 2.0, testutil.ToFloat64(s.m.dropped.WithLabelValues("expired")))
+}
+
 func TestHeldStoreBudget(t *testing.T) {
 	const budget = 8 * 1024
 	s, _ := testHeldStore(time.Minute, budget)

@@ -438,6 +438,7 @@ func (s *Session) handleAcks(n uint64) error {
 	}
 	s.mu.Unlock()
 	for i, st := range done {
+		st.acknowledged()
 		st.codedResolved()
 		done[i] = nil
 	}

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -68,6 +69,10 @@ type Stream struct {
 	// stream failed; onSent runs then (AfterSent).
 	sentDone bool
 	onSent   func()
+	// delivered: the peer acknowledged decoding the outgoing coded message; onDelivered
+	// runs then (AfterDelivered), and never if the stream fails first.
+	delivered   bool
+	onDelivered func()
 	// writing: a Write, Flush or CloseWrite runs; frames it queues are written by the
 	// operation itself when it ends (owed), through Session.kick, instead of waking
 	// sendLoop for each.
@@ -153,6 +158,42 @@ func (st *Stream) AfterSent(f func()) {
 	}
 	st.onSent = f
 	st.mu.Unlock()
+}
+
+// AfterDelivered arranges for f to run once the peer has acknowledged decoding the
+// stream's outgoing message (CODEC_ACK, or the ack of a preamble); at once if it has.
+// Only coded messages are acknowledged: f never runs for an identity message (nor for a
+// coded one the peer rejected and got again as identity), nor once the stream failed. The
+// origin forgets a held response then: the edge has it whole (proxy/held.go). f must be
+// quick: it runs on the connection's reader. One f per stream.
+func (st *Stream) AfterDelivered(f func()) {
+	st.mu.Lock()
+	if st.delivered {
+		st.mu.Unlock()
+		f()
+		return
+	}
+	if !st.failedSet {
+		st.onDelivered = f
+	}
+	st.mu.Unlock()
+}
+
+// acknowledged records that the peer decoded the outgoing coded message and runs
+// AfterDelivered's f.
+func (st *Stream) acknowledged() {
+	st.mu.Lock()
+	if st.failedSet {
+		st.mu.Unlock()
+		return
+	}
+	st.delivered = true
+	f := st.onDelivered
+	st.onDelivered = nil
+	st.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // sentLast records that the outgoing message left (or never will) and runs AfterSent's f.
@@ -881,19 +922,26 @@ func (st *Stream) Close() error {
 // stream and optionally sends RST_STREAM.
 func (st *Stream) fail(err error, sendRST bool) {
 	st.mu.Lock()
-	if st.rerr == nil && !(st.rdone && len(st.chunks) == 0 && isPeerReset(err)) {
+	// A message that arrived whole stays readable when the connection is lost after it:
+	// the edge has its response (and the origin may have forgotten its copy once the
+	// edge's session acknowledged decoding it: AfterDelivered).
+	whole := st.rdone && errors.Is(err, ErrSessionClosed)
+	if st.rerr == nil && !whole && !(st.rdone && len(st.chunks) == 0 && isPeerReset(err)) {
 		st.rerr = err
 	}
 	if st.werr == nil {
 		st.werr = err
 	}
-	st.chunks = nil
+	if !whole {
+		st.chunks = nil
+	}
 	if !st.failedSet {
 		st.failedSet, st.failErr = true, err
 		if st.failCancel != nil {
 			st.failCancel()
 		}
 	}
+	st.onDelivered = nil
 	st.mu.Unlock()
 	signal(st.rsig)
 	signal(st.ssig)

@@ -132,6 +132,37 @@ type encLane struct {
 	// waiters are the bulk messages waiting for room in the lane, oldest first; each
 	// acknowledged message wakes one (a thousand deliveries may wait on a slow link).
 	waiters []chan struct{}
+	// awaiting are the streams of the unacknowledged sequenced messages, by seq: an
+	// acknowledgement tells each it was delivered (Stream.AfterDelivered); a message
+	// given up is dropped from it untold. At most the window's worth.
+	awaiting []awaitingAck
+}
+
+type awaitingAck struct {
+	seq uint64
+	st  *Stream
+}
+
+// settle takes the streams of messages up to l.acked off awaiting; those acknowledged
+// (ok) are returned, to be told once l.mu is released. Called with l.mu held.
+func (l *encLane) settle(ok bool) []awaitingAck {
+	n := 0
+	for n < len(l.awaiting) && l.awaiting[n].seq <= l.acked {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	var done []awaitingAck
+	if ok {
+		done = slices.Clone(l.awaiting[:n])
+	}
+	clear(l.awaiting[:n])
+	l.awaiting = l.awaiting[n:]
+	if len(l.awaiting) == 0 {
+		l.awaiting = nil
+	}
+	return done
 }
 
 // wake wakes up to n waiting bulk messages. Called with l.mu held.
@@ -326,13 +357,13 @@ func (c *conn) coding(e tunnel.Encoding) bool { return e != nil && c.maxCoded > 
 // encode codes a whole message for the head h it returns: sequenced when the chosen codec
 // keeps state and the lane is free, otherwise stateless, otherwise identity. A bulk
 // message (Stream.SetBulk) waits for room in the lane instead, until at the latest.
-func (c *conn) encode(e tunnel.Encoding, raw []byte, bulk bool, until time.Time) (head, []byte) {
+func (c *conn) encode(st *Stream, e tunnel.Encoding, raw []byte, bulk bool, until time.Time) (head, []byte) {
 	if e == nil || len(raw) > c.maxCoded {
 		return head{}, nil
 	}
 	id := e.Choose(raw, c.peerDecodes)
 	if id != 0 && c.peerDecodes(id) && !c.stateless[id] {
-		h, p, err := c.encodeSequenced(id, raw, bulk, until)
+		h, p, err := c.encodeSequenced(st, id, raw, bulk, until)
 		if err == nil {
 			return h, p
 		}
@@ -376,7 +407,7 @@ func (w *windowPolicy) bulkSize() uint64 {
 	return bulkWindow
 }
 
-func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time) (head, []byte, error) {
+func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, until time.Time) (head, []byte, error) {
 	l := &c.enc
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -391,6 +422,7 @@ func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time)
 		}
 		l.acked, l.fresh = l.sent, true // never answered: assume lost, start over
 		l.wake(window)
+		l.settle(false)
 	}
 	mode := uint8(modeSequenced)
 	if l.fresh || l.codec != id || l.e == nil {
@@ -407,6 +439,9 @@ func (c *conn) encodeSequenced(id uint8, raw []byte, bulk bool, until time.Time)
 	}
 	l.sent++
 	l.sentAt = time.Now()
+	if st != nil {
+		l.awaiting = append(l.awaiting, awaitingAck{l.sent, st})
+	}
 	return head{Codec: id, Mode: mode, Seq: l.sent, RawLen: uint64(len(raw)), CRC: crc32.Checksum(raw, castagnoli)}, p, nil
 }
 
@@ -455,6 +490,7 @@ func (c *conn) lost(seq uint64) {
 		// Every later message was coded on state that includes seq: start over.
 		l.wake(l.sent - l.acked)
 		l.acked, l.fresh = l.sent, true
+		l.settle(false)
 	}
 }
 
@@ -462,10 +498,15 @@ func (c *conn) lost(seq uint64) {
 func (c *conn) onAck(seq uint64) {
 	l := &c.enc
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	var done []awaitingAck
 	if seq > l.acked && seq <= l.sent {
 		l.wake(seq - l.acked)
 		l.acked = seq
+		done = l.settle(true)
+	}
+	l.mu.Unlock()
+	for _, a := range done {
+		a.st.acknowledged()
 	}
 }
 

@@ -76,6 +76,10 @@ type Stream struct {
 	failCancel context.CancelFunc
 	abandoned  bool
 	stopWatch  func() bool // ends the watch for the edge's STOP_SENDING
+	// delivered: the peer acknowledged decoding the outgoing sequenced message;
+	// onDelivered runs then (AfterDelivered). Guarded by failMu.
+	delivered   bool
+	onDelivered func()
 }
 
 func newStream(c *conn, qs streamIO, onClose func()) *Stream {
@@ -319,7 +323,7 @@ func (st *Stream) CloseWrite() error {
 		st.qs.CancelWrite(codeCancelled)
 		return &notSentError{err}
 	}
-	h, payload := st.c.encode(st.encoding, raw, st.bulk, st.deadline())
+	h, payload := st.c.encode(st, st.encoding, raw, st.bulk, st.deadline())
 	if h.Codec == 0 {
 		payload = raw
 	}
@@ -783,11 +787,48 @@ func (st *Stream) FailContext() context.Context {
 	return st.failCtx
 }
 
+// AfterDelivered arranges for f to run once the peer has acknowledged decoding the
+// stream's outgoing message; at once if it has. Only sequenced messages are acknowledged
+// (SPEC.md, "Loss-safe codec state"): f never runs for an identity or stateless message,
+// nor for one given up as lost, nor once the edge abandoned the exchange. The origin
+// forgets a held response then: the edge has it whole (proxy/held.go). f must be quick:
+// it runs on the goroutine that read the acknowledgement. One f per stream.
+func (st *Stream) AfterDelivered(f func()) {
+	st.failMu.Lock()
+	if st.delivered {
+		st.failMu.Unlock()
+		f()
+		return
+	}
+	if !st.abandoned {
+		st.onDelivered = f
+	}
+	st.failMu.Unlock()
+}
+
+// acknowledged records that the peer decoded the outgoing message and runs
+// AfterDelivered's f.
+func (st *Stream) acknowledged() {
+	st.failMu.Lock()
+	if st.abandoned {
+		st.failMu.Unlock()
+		return
+	}
+	st.delivered = true
+	f := st.onDelivered
+	st.onDelivered = nil
+	st.failMu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
 // abandon records that the edge abandoned the exchange.
 func (st *Stream) abandon() {
 	st.failMu.Lock()
 	defer st.failMu.Unlock()
 	st.abandoned = true
+	st.onDelivered = nil
 	if st.failCancel != nil {
 		st.failCancel()
 	}
