@@ -163,6 +163,11 @@ type zstdCodec struct {
 	err    error
 }
 
+// zstdMessageWindow is the window of the zstd codec's encoders: the default largest
+// coded message (codecs.max_coded_message). A larger message is still coded whole; its
+// matches reach back this far.
+const zstdMessageWindow = 1 << 20
+
 // sharedEncoders bounds the block encoders of a zstd codec: the memory of the codec's
 // encoders of a process, whatever its connections and concurrency.
 func sharedEncoders() int { return min(runtime.GOMAXPROCS(0), 4) }
@@ -174,7 +179,11 @@ func (z *zstdCodec) Format() uint32 { return z.c.format() }
 func (z *zstdCodec) NewEncoder() (Encoder, error) {
 	z.once.Do(func() {
 		// The option given last wins: concurrency replaces encoderOptions' 1.
-		z.shared, z.err = zstd.NewWriter(nil, append(z.c.encoderOptions(), zstd.WithEncoderConcurrency(sharedEncoders()))...)
+		// A window of the largest coded message by default: frames of messages up to
+		// it are the same as with the library's 8 MiB, at 4 MiB per block encoder
+		// instead of 11.
+		z.shared, z.err = zstd.NewWriter(nil, append(z.c.encoderOptions(),
+			zstd.WithEncoderConcurrency(sharedEncoders()), zstd.WithWindowSize(zstdMessageWindow))...)
 	})
 	if z.err != nil {
 		return nil, z.err
