@@ -389,7 +389,7 @@ func (h *heldExchange) delivered() {
 	h.accounted, h.buf, h.lost = 0, nil, true
 	h.mu.Unlock()
 	s.m.entries.Dec()
-	s.m.dropped.WithLabelValues("delivered").Inc()
+	s.m.delivered.Inc()
 	s.m.bytes.Set(float64(s.bytes))
 }
 
@@ -552,6 +552,7 @@ type heldMetrics struct {
 	bytes      prometheus.Gauge
 	tombstones prometheus.Gauge
 	dropped    *prometheus.CounterVec
+	delivered  prometheus.Counter // dropped{reason="delivered"}: one per exchange with a codec
 	lost       *prometheus.CounterVec
 	resumes    *prometheus.CounterVec
 }
@@ -583,9 +584,10 @@ func newHeldMetrics() *heldMetrics {
 			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once).",
 		}, []string{"role", "result"}),
 	}
-	for _, r := range []string{"delivered", "expired", "evicted"} {
+	for _, r := range []string{"expired", "evicted"} {
 		m.dropped.WithLabelValues(r)
 	}
+	m.delivered = m.dropped.WithLabelValues("delivered")
 	for _, r := range []string{"too_large", "budget", "failed"} {
 		m.lost.WithLabelValues(r)
 	}
