@@ -1,6 +1,11 @@
 package proxy
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,4 +59,54 @@ func TestHeldResponsesForgottenOnceDelivered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExchangesHoldNoMemoryWithCodec bounds the heap a finished exchange leaves behind
+// through the whole pair with a codec: held responses went at 800 B each for
+// resume_window (30 s), which made the origin's memory grow with the exchange rate. What
+// stays is the record of forgotten ids (maxGone hashes, about 70 B each).
+func TestExchangesHoldNoMemoryWithCodec(t *testing.T) {
+	// A plain upstream: the harness's records every byte it reads.
+	answer := strings.Repeat("<item>answer</item>", 25)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+		_, _ = io.WriteString(w, answer)
+	}))
+	defer srv.Close()
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: srv.Listener.Addr().String()}}, Tunnel: copyCodecTunnel})
+	cl := env.dial()
+	call := func() {
+		cl.send(soapRequest(1, "/svc", "", soapBody))
+		resp, _ := cl.read("POST")
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	held := env.origin.held
+	settled := func() {
+		require.Eventually(t, func() bool {
+			held.mu.Lock()
+			defer held.mu.Unlock()
+			return len(held.byID) == 0
+		}, testDeadline, time.Millisecond)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	for range 200 { // warm the pools, buffers and maps
+		call()
+	}
+	settled()
+	before := heap()
+	const n = 2000
+	for range n {
+		call()
+	}
+	settled()
+	grown := int64(heap()) - int64(before)
+	t.Logf("heap kept per exchange: %d B", grown/n)
+	require.Less(t, grown/n, int64(300), "a finished exchange keeps no response")
 }
