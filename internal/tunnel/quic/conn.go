@@ -431,6 +431,12 @@ func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, unti
 			return head{}, nil, err
 		}
 		l.e, l.codec, l.fresh, mode = e, id, false, modeFresh
+		// A fresh message may overtake the unacknowledged ones before it (a codec
+		// switch starts one without giving them up): decoded first, it makes the
+		// receiver refuse them ("already decoded") while its acknowledgement covers
+		// their numbers. So no acknowledgement from here on tells them delivered.
+		clear(l.awaiting)
+		l.awaiting = nil
 	}
 	p, err := l.e.Encode(nil, raw)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/codec"
 )
 
 // TestUDPAfterDelivered: the origin hears of each response the edge acknowledged
@@ -52,4 +54,40 @@ func TestUDPAfterDelivered(t *testing.T) {
 		c.enc.mu.Unlock()
 		require.Zero(t, left, "nothing left awaiting an acknowledgement")
 	}
+}
+
+// TestUDPFreshMessageEndsDeliveryOfEarlierOnes: a fresh message (here a codec switch) may
+// overtake the unacknowledged ones before it; decoded first, it makes the receiver refuse
+// them while its acknowledgement covers their numbers. So an acknowledgement tells only
+// the messages from the last fresh one on that they were delivered: the origin keeps the
+// others' responses for a resume. (Seen in e2e TestUDPAddressChangeUnderLoad: an
+// mtom-multipart response refused as "already decoded", then not held.)
+func TestUDPFreshMessageEndsDeliveryOfEarlierOnes(t *testing.T) {
+	p := newPair(t, pairOptions{codecs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := p.call(ctx, soapMessage(1, 500)) // the connection is up and idle
+	require.NoError(t, err)
+	c := p.edgeConns()[0]
+	token, stream := uint8(codec.Token), uint8(codec.ZstdStream)
+	told := map[string]*atomic.Int32{}
+	encode := func(name string, id uint8) head {
+		st := &Stream{}
+		n := &atomic.Int32{}
+		told[name] = n
+		st.AfterDelivered(func() { n.Add(1) })
+		h, _, err := c.encodeSequenced(st, id, soapMessage(len(told), 400), false, time.Time{})
+		require.NoError(t, err, name)
+		return h
+	}
+	encode("a", token)
+	encode("b", token)
+	h := encode("switch", stream)
+	require.Equal(t, uint8(modeFresh), h.Mode)
+	last := encode("after", stream)
+	c.onAck(last.Seq) // the receiver decoded the fresh message and the one after it
+	require.Zero(t, told["a"].Load(), "overtaken by a fresh message: not told")
+	require.Zero(t, told["b"].Load())
+	require.EqualValues(t, 1, told["switch"].Load())
+	require.EqualValues(t, 1, told["after"].Load())
 }
