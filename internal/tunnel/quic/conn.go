@@ -424,6 +424,14 @@ func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, unti
 		l.wake(window)
 		l.settle(false)
 	}
+	if !l.fresh && l.e != nil && l.codec != id && l.sent > l.acked {
+		// Another codec's messages are unacknowledged: a fresh state now could overtake
+		// them, and the receiver, past their numbers, would refuse them (each exchange
+		// then collected by a resume, a round trip more). A fresh message has no
+		// history to gain from anyway: this one goes stateless, and the lane switches
+		// once it has drained.
+		return head{}, nil, errLaneBusy
+	}
 	mode := uint8(modeSequenced)
 	if l.fresh || l.codec != id || l.e == nil {
 		e, err := c.codecs[id].NewEncoder()
@@ -431,10 +439,10 @@ func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, unti
 			return head{}, nil, err
 		}
 		l.e, l.codec, l.fresh, mode = e, id, false, modeFresh
-		// A fresh message may overtake the unacknowledged ones before it (a codec
-		// switch starts one without giving them up): decoded first, it makes the
-		// receiver refuse them ("already decoded") while its acknowledgement covers
-		// their numbers. So no acknowledgement from here on tells them delivered.
+		// A fresh message that overtook unacknowledged ones before it would make the
+		// receiver refuse them while its acknowledgement covered their numbers. The lane
+		// starts fresh only once drained or given up, so there are none; should one
+		// remain, no acknowledgement from here on tells it delivered.
 		clear(l.awaiting)
 		l.awaiting = nil
 	}

@@ -56,13 +56,14 @@ func TestUDPAfterDelivered(t *testing.T) {
 	}
 }
 
-// TestUDPFreshMessageEndsDeliveryOfEarlierOnes: a fresh message (here a codec switch) may
-// overtake the unacknowledged ones before it; decoded first, it makes the receiver refuse
-// them while its acknowledgement covers their numbers. So an acknowledgement tells only
-// the messages from the last fresh one on that they were delivered: the origin keeps the
-// others' responses for a resume. (Seen in e2e TestUDPAddressChangeUnderLoad: an
-// mtom-multipart response refused as "already decoded", then not held.)
-func TestUDPFreshMessageEndsDeliveryOfEarlierOnes(t *testing.T) {
+// TestUDPCodecSwitchWaitsForTheLane: a message in another codec than the unacknowledged
+// ones in the lane goes stateless rather than fresh. A fresh message could overtake them,
+// and the receiver, past their numbers, would refuse them (the exchanges collected by a
+// resume) while its acknowledgement covered them: the origin, told they were delivered,
+// forgot their responses. (Seen in e2e TestUDPAddressChangeUnderLoad: an mtom-multipart
+// response switched the lane to zstd-stream; a token response was refused as "already
+// decoded", then not held.) Once the lane has drained, the switch is a fresh message.
+func TestUDPCodecSwitchWaitsForTheLane(t *testing.T) {
 	p := newPair(t, pairOptions{codecs: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -71,23 +72,27 @@ func TestUDPFreshMessageEndsDeliveryOfEarlierOnes(t *testing.T) {
 	c := p.edgeConns()[0]
 	token, stream := uint8(codec.Token), uint8(codec.ZstdStream)
 	told := map[string]*atomic.Int32{}
-	encode := func(name string, id uint8) head {
+	encode := func(name string, id uint8) (head, error) {
 		st := &Stream{}
 		n := &atomic.Int32{}
 		told[name] = n
 		st.AfterDelivered(func() { n.Add(1) })
 		h, _, err := c.encodeSequenced(st, id, soapMessage(len(told), 400), false, time.Time{})
-		require.NoError(t, err, name)
-		return h
+		return h, err
 	}
-	encode("a", token)
-	encode("b", token)
-	h := encode("switch", stream)
-	require.Equal(t, uint8(modeFresh), h.Mode)
-	last := encode("after", stream)
-	c.onAck(last.Seq) // the receiver decoded the fresh message and the one after it
-	require.Zero(t, told["a"].Load(), "overtaken by a fresh message: not told")
-	require.Zero(t, told["b"].Load())
+	_, err = encode("a", token)
+	require.NoError(t, err)
+	b, err := encode("b", token)
+	require.NoError(t, err)
+	_, err = encode("early switch", stream)
+	require.ErrorIs(t, err, errLaneBusy, "token messages unacknowledged: no fresh state yet")
+	c.onAck(b.Seq)
+	require.EqualValues(t, 1, told["a"].Load())
+	require.EqualValues(t, 1, told["b"].Load())
+	h, err := encode("switch", stream)
+	require.NoError(t, err)
+	require.Equal(t, uint8(modeFresh), h.Mode, "the lane drained: the switch starts fresh")
+	c.onAck(h.Seq)
 	require.EqualValues(t, 1, told["switch"].Load())
-	require.EqualValues(t, 1, told["after"].Load())
+	require.Zero(t, told["early switch"].Load())
 }
