@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // TestZstdEncodersShareMemory: a zstd codec's encoders, however many (one per tunnel
@@ -18,13 +20,7 @@ func TestZstdEncodersShareMemory(t *testing.T) {
 	z, err := NewZstd(ZstdDictionary(builtinZstdDict))
 	require.NoError(t, err)
 	msg := []byte(`<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><addEntry><date>2026-11-28</date></addEntry></soap:Body></soap:Envelope>`)
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
+	heap := testutil.HeapAlloc
 	before := heap()
 	var encoders []Encoder
 	for range 32 {

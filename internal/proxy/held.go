@@ -156,7 +156,7 @@ func (s *heldStore) neverArrived(id string, since time.Time) bool {
 
 // pushLocked appends h, just finished, to the list of finished exchanges.
 func (s *heldStore) pushLocked(h *heldExchange) {
-	h.prev, h.next, h.queued = s.newest, nil, true
+	h.prev, h.next = s.newest, nil
 	if s.newest != nil {
 		s.newest.next = h
 	} else {
@@ -167,8 +167,8 @@ func (s *heldStore) pushLocked(h *heldExchange) {
 
 // unlinkLocked takes h out of the list of finished exchanges.
 func (s *heldStore) unlinkLocked(h *heldExchange) {
-	if !h.queued {
-		return
+	if h.prev == nil && s.oldest != h {
+		return // not in the list
 	}
 	if h.prev != nil {
 		h.prev.next = h.next
@@ -180,7 +180,7 @@ func (s *heldStore) unlinkLocked(h *heldExchange) {
 	} else {
 		s.newest = h.prev
 	}
-	h.prev, h.next, h.queued = nil, nil, false
+	h.prev, h.next = nil, nil
 }
 
 // heldExchange is one exchange's response as the origin wrote it.
@@ -190,7 +190,6 @@ type heldExchange struct {
 
 	// Guarded by s.mu, not mu.
 	prev, next *heldExchange // in the store's list of finished exchanges
-	queued     bool          // in that list
 	touched    bool          // a resume or a second request with its id came: kept its whole window
 
 	mu         sync.Mutex

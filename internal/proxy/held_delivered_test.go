@@ -4,7 +4,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	soapgwtest "github.com/soapgw/soapgw/internal/testutil"
 	"github.com/soapgw/soapgw/internal/tunnel"
 )
 
@@ -89,13 +89,7 @@ func TestExchangesHoldNoMemoryWithCodec(t *testing.T) {
 			return len(held.byID) == 0
 		}, testDeadline, time.Millisecond)
 	}
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return m.HeapAlloc
-	}
+	heap := soapgwtest.HeapAlloc
 	for range 200 { // warm the pools, buffers and maps
 		call()
 	}

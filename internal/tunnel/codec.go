@@ -438,7 +438,7 @@ func (s *Session) handleAcks(n uint64) error {
 	}
 	s.mu.Unlock()
 	for i, st := range done {
-		st.acknowledged()
+		st.delivered.Fire()
 		st.codedResolved()
 		done[i] = nil
 	}

@@ -4,11 +4,12 @@ import (
 	"context"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 // TestFinishedExchangesHoldNoMemory: exchanges that set deadlines, as the proxy does, leave
@@ -52,13 +53,7 @@ func TestFinishedExchangesHoldNoMemory(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, st.Close())
 	}
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
+	heap := testutil.HeapAlloc
 	for range 200 { // warm up pools and maps
 		exchange()
 	}

@@ -706,7 +706,7 @@ func (s *Session) drain(limit int) (ok, more bool) {
 		return false, false
 	}
 	for i, st := range s.sentOut {
-		st.sentLast()
+		st.sent.Fire()
 		s.sentOut[i] = nil
 	}
 	s.sentOut = s.sentOut[:0]

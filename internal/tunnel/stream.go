@@ -65,14 +65,10 @@ type Stream struct {
 	scrc     uint32
 	werr     error
 	finished bool
-	// sentDone: the outgoing message's last frame was flushed to the connection, or the
-	// stream failed; onSent runs then (AfterSent).
-	sentDone bool
-	onSent   func()
-	// delivered: the peer acknowledged decoding the outgoing coded message; onDelivered
-	// runs then (AfterDelivered), and never if the stream fails first.
-	delivered   bool
-	onDelivered func()
+	// sent fires when the outgoing message's last frame was flushed to the connection, or
+	// the stream failed (AfterSent); delivered when the peer acknowledged decoding it,
+	// never once the stream failed (AfterDelivered).
+	sent, delivered Notice
 	// writing: a Write, Flush or CloseWrite runs; frames it queues are written by the
 	// operation itself when it ends (owed), through Session.kick, instead of waking
 	// sendLoop for each.
@@ -149,16 +145,7 @@ func (st *Stream) SetWriteDeadline(t time.Time) error { st.writeDL.set(t); retur
 // minutes in the connection's queue after CloseWrite returned: the origin starts the
 // resume window of a held response only now (proxy/held.go). f must be quick: it runs on
 // the connection's writer. One f per stream.
-func (st *Stream) AfterSent(f func()) {
-	st.mu.Lock()
-	if st.sentDone {
-		st.mu.Unlock()
-		f()
-		return
-	}
-	st.onSent = f
-	st.mu.Unlock()
-}
+func (st *Stream) AfterSent(f func()) { st.sent.Then(f) }
 
 // AfterDelivered arranges for f to run once the peer has acknowledged decoding the
 // stream's outgoing message (CODEC_ACK, or the ack of a preamble); at once if it has.
@@ -166,51 +153,7 @@ func (st *Stream) AfterSent(f func()) {
 // coded one the peer rejected and got again as identity), nor once the stream failed. The
 // origin forgets a held response then: the edge has it whole (proxy/held.go). f must be
 // quick: it runs on the connection's reader. One f per stream.
-func (st *Stream) AfterDelivered(f func()) {
-	st.mu.Lock()
-	if st.delivered {
-		st.mu.Unlock()
-		f()
-		return
-	}
-	if !st.failedSet {
-		st.onDelivered = f
-	}
-	st.mu.Unlock()
-}
-
-// acknowledged records that the peer decoded the outgoing coded message and runs
-// AfterDelivered's f.
-func (st *Stream) acknowledged() {
-	st.mu.Lock()
-	if st.failedSet {
-		st.mu.Unlock()
-		return
-	}
-	st.delivered = true
-	f := st.onDelivered
-	st.onDelivered = nil
-	st.mu.Unlock()
-	if f != nil {
-		f()
-	}
-}
-
-// sentLast records that the outgoing message left (or never will) and runs AfterSent's f.
-func (st *Stream) sentLast() {
-	st.mu.Lock()
-	if st.sentDone {
-		st.mu.Unlock()
-		return
-	}
-	st.sentDone = true
-	f := st.onSent
-	st.onSent = nil
-	st.mu.Unlock()
-	if f != nil {
-		f()
-	}
-}
+func (st *Stream) AfterDelivered(f func()) { st.delivered.Then(f) }
 
 // FailContext returns a context cancelled when the stream fails (Done is its channel). A
 // watcher registers with context.AfterFunc on it and costs no goroutine until the
@@ -941,11 +884,11 @@ func (st *Stream) fail(err error, sendRST bool) {
 			st.failCancel()
 		}
 	}
-	st.onDelivered = nil
+	st.delivered.Cancel() // with failedSet, under mu: no acknowledgement counts from here
 	st.mu.Unlock()
 	signal(st.rsig)
 	signal(st.ssig)
-	st.sentLast() // it never will be
+	st.sent.Fire() // it never will be sent
 	s := st.s
 	s.mu.Lock()
 	st.pending = nil

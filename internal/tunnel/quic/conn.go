@@ -440,9 +440,10 @@ func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, unti
 		}
 		l.e, l.codec, l.fresh, mode = e, id, false, modeFresh
 		// A fresh message that overtook unacknowledged ones before it would make the
-		// receiver refuse them while its acknowledgement covered their numbers. The lane
-		// starts fresh only once drained or given up, so there are none; should one
-		// remain, no acknowledgement from here on tells it delivered.
+		// receiver refuse them while its acknowledgement covered their numbers. A codec
+		// switch waits for the lane to drain and a give-up settles it, but after an
+		// encoding error some may remain: no acknowledgement from here on tells them
+		// delivered.
 		clear(l.awaiting)
 		l.awaiting = nil
 	}
@@ -453,9 +454,7 @@ func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, unti
 	}
 	l.sent++
 	l.sentAt = time.Now()
-	if st != nil {
-		l.awaiting = append(l.awaiting, awaitingAck{l.sent, st})
-	}
+	l.awaiting = append(l.awaiting, awaitingAck{l.sent, st})
 	return head{Codec: id, Mode: mode, Seq: l.sent, RawLen: uint64(len(raw)), CRC: crc32.Checksum(raw, castagnoli)}, p, nil
 }
 
@@ -520,7 +519,7 @@ func (c *conn) onAck(seq uint64) {
 	}
 	l.mu.Unlock()
 	for _, a := range done {
-		a.st.acknowledged()
+		a.st.delivered.Fire()
 	}
 }
 

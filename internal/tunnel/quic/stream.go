@@ -76,10 +76,9 @@ type Stream struct {
 	failCancel context.CancelFunc
 	abandoned  bool
 	stopWatch  func() bool // ends the watch for the edge's STOP_SENDING
-	// delivered: the peer acknowledged decoding the outgoing sequenced message;
-	// onDelivered runs then (AfterDelivered). Guarded by failMu.
-	delivered   bool
-	onDelivered func()
+	// delivered fires when the peer acknowledged decoding the outgoing sequenced message
+	// (AfterDelivered); cancelled when the edge abandons the exchange.
+	delivered tunnel.Notice
 }
 
 func newStream(c *conn, qs streamIO, onClose func()) *Stream {
@@ -793,42 +792,14 @@ func (st *Stream) FailContext() context.Context {
 // nor for one given up as lost, nor once the edge abandoned the exchange. The origin
 // forgets a held response then: the edge has it whole (proxy/held.go). f must be quick:
 // it runs on the goroutine that read the acknowledgement. One f per stream.
-func (st *Stream) AfterDelivered(f func()) {
-	st.failMu.Lock()
-	if st.delivered {
-		st.failMu.Unlock()
-		f()
-		return
-	}
-	if !st.abandoned {
-		st.onDelivered = f
-	}
-	st.failMu.Unlock()
-}
-
-// acknowledged records that the peer decoded the outgoing message and runs
-// AfterDelivered's f.
-func (st *Stream) acknowledged() {
-	st.failMu.Lock()
-	if st.abandoned {
-		st.failMu.Unlock()
-		return
-	}
-	st.delivered = true
-	f := st.onDelivered
-	st.onDelivered = nil
-	st.failMu.Unlock()
-	if f != nil {
-		f()
-	}
-}
+func (st *Stream) AfterDelivered(f func()) { st.delivered.Then(f) }
 
 // abandon records that the edge abandoned the exchange.
 func (st *Stream) abandon() {
 	st.failMu.Lock()
 	defer st.failMu.Unlock()
 	st.abandoned = true
-	st.onDelivered = nil
+	st.delivered.Cancel()
 	if st.failCancel != nil {
 		st.failCancel()
 	}

@@ -1,0 +1,53 @@
+package tunnel
+
+import "sync"
+
+// Notice is a one-shot callback. Then registers f, which runs when Fire is called, or at
+// once if Fire was; Cancel drops it for good (a Fire after it does nothing). One f per
+// Notice. The zero value is ready. Streams of both tunnels use one for "the peer decoded
+// the message" (AfterDelivered); the TCP tunnel's use another for "the message left"
+// (AfterSent).
+type Notice struct {
+	mu        sync.Mutex
+	fired     bool
+	cancelled bool
+	f         func()
+}
+
+// Then runs f when the notice fires, at once if it has; never once it was cancelled.
+func (n *Notice) Then(f func()) {
+	n.mu.Lock()
+	if n.fired {
+		n.mu.Unlock()
+		f()
+		return
+	}
+	if !n.cancelled {
+		n.f = f
+	}
+	n.mu.Unlock()
+}
+
+// Fire runs the registered f, once, unless the notice was cancelled.
+func (n *Notice) Fire() {
+	n.mu.Lock()
+	if n.fired || n.cancelled {
+		n.mu.Unlock()
+		return
+	}
+	n.fired = true
+	f := n.f
+	n.f = nil
+	n.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// Cancel drops the registered f; Fire will not run it, nor Then a later one.
+func (n *Notice) Cancel() {
+	n.mu.Lock()
+	n.cancelled = true
+	n.f = nil
+	n.mu.Unlock()
+}
