@@ -90,14 +90,11 @@ func (nginxPair) Start(ctx context.Context, env *Env) (_ *Started, err error) {
 			st.Stop()
 		}
 	}()
-	originPort, err := freePort(env.Server)
+	ports, err := freePorts(env.Server, env.Client)
 	if err != nil {
 		return nil, err
 	}
-	edgePort, err := freePort(env.Client)
-	if err != nil {
-		return nil, err
-	}
+	originPort, edgePort := ports[0], ports[1]
 	user := ""
 	if os.Geteuid() == 0 {
 		// As root the workers would run as "nobody" and could not use the temp dirs.

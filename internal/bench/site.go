@@ -218,14 +218,21 @@ func (loopbackLink) Stats() (LinkStats, bool) { return LinkStats{}, false }
 func (loopbackLink) ResetStats()              {}
 func (loopbackLink) Close() error             { return nil }
 
-// freePort finds a port that is free on the site's address now. Another process may
-// take it before it is used; in a fresh namespace that does not happen, on loopback it
-// is unlikely, and a clash fails the configuration's start with a clear error.
-func freePort(s Site) (int, error) {
-	ln, err := s.Listen("tcp", netip.AddrPortFrom(s.Addr(), 0).String())
-	if err != nil {
-		return 0, err
+// freePorts finds a port that is free now on each site's address, a different one for
+// each: the listeners stay open until all are found, or the kernel may hand the same
+// port out twice (a configuration's admin and tunnel listeners then clash). Another
+// process may take one before it is used; in a fresh namespace that does not happen, on
+// loopback it is unlikely, and a clash fails the configuration's start with a clear
+// error.
+func freePorts(sites ...Site) ([]int, error) {
+	ports := make([]int, len(sites))
+	for i, s := range sites {
+		ln, err := s.Listen("tcp", netip.AddrPortFrom(s.Addr(), 0).String())
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }

@@ -173,11 +173,9 @@ func (c soapgwPair) Start(ctx context.Context, env *Env) (_ *Started, err error)
 			st.Stop()
 		}
 	}()
-	var ports [4]int
-	for i, s := range []Site{env.Client, env.Client, env.Server, env.Server} {
-		if ports[i], err = freePort(s); err != nil {
-			return nil, err
-		}
+	ports, err := freePorts(env.Client, env.Client, env.Server, env.Server)
+	if err != nil {
+		return nil, err
 	}
 	p := SoapgwParams{
 		Codec:        c.codec,
