@@ -5,65 +5,53 @@ import (
 	"time"
 )
 
-// deadline turns an absolute time into a channel that is closed when the time passes, so a
-// blocked Read or Write can select on it. Setting a new deadline re-arms it.
+// deadline is a stream's read or write deadline. A blocked Read or Write waits on the
+// stream's signal channel (rsig, ssig) for data or credit; when the deadline passes, the
+// timer marks the deadline expired and signals that channel, so the waiter wakes, sees
+// it and returns ErrTimeout. It lives inside the Stream and allocates nothing until a
+// deadline in the future is set (most exchanges never set one: the proxy's progress
+// clock bounds them and sets a past deadline when it expires).
+//
+// Guarded by the stream's mu.
 type deadline struct {
-	mu     sync.Mutex
-	timer  *time.Timer
-	cancel chan struct{} // closed when the deadline passes
+	timer   *time.Timer
+	expired bool
+	gen     uint32 // counts sets: a timer that fires after it was replaced or stopped does nothing
 }
 
-func newDeadline() *deadline { return &deadline{cancel: make(chan struct{})} }
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil && !d.timer.Stop() {
-		<-d.cancel // the old timer fired (or is firing): wait for it to close cancel
-	}
-	d.timer = nil
-	closed := isClosed(d.cancel)
+// setLocked arms d for t (zero: no deadline) and signals sig if t has passed. mu is the
+// stream's mutex, held by the caller; the timer takes it when it fires.
+func (d *deadline) setLocked(mu *sync.Mutex, t time.Time, sig chan struct{}) {
+	d.stopLocked()
+	d.expired = false
 	if t.IsZero() {
-		if closed {
-			d.cancel = make(chan struct{})
-		}
 		return
 	}
 	dur := time.Until(t)
 	if dur <= 0 {
-		if !closed {
-			close(d.cancel)
-		}
+		d.expired = true
+		signal(sig)
 		return
 	}
-	if closed {
-		d.cancel = make(chan struct{})
-	}
-	c := d.cancel
-	d.timer = time.AfterFunc(dur, func() { close(c) })
+	gen := d.gen
+	d.timer = time.AfterFunc(dur, func() {
+		mu.Lock()
+		fired := d.gen == gen
+		if fired {
+			d.expired = true
+		}
+		mu.Unlock()
+		if fired {
+			signal(sig)
+		}
+	})
 }
 
-func (d *deadline) wait() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.cancel
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop disarms the timer without closing cancel, once the stream is forgotten: an armed
-// timer would hold the stream's deadline (and through its closure, memory) until it
+// stopLocked disarms the timer without expiring the deadline, once the stream is
+// forgotten: an armed timer would hold the stream (and through it, memory) until it
 // fires, 60 s later for an exchange deadline, at thousands of exchanges a second.
-func (d *deadline) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (d *deadline) stopLocked() {
+	d.gen++
 	if d.timer != nil {
 		d.timer.Stop()
 		d.timer = nil

@@ -1026,8 +1026,6 @@ func (s *Session) linger(st *Stream) {
 
 // removeStream forgets a finished stream.
 func (s *Session) removeStream(st *Stream) {
-	st.readDL.stop()
-	st.writeDL.stop()
 	s.mu.Lock()
 	if st.lingering {
 		st.lingering = false

@@ -94,7 +94,7 @@ type Stream struct {
 	resending    bool          // sendIdentity runs for this stream
 	finishWanted bool          // the exchange is over; finish once codedOut and resending clear
 
-	readDL, writeDL *deadline
+	readDL, writeDL deadline
 }
 
 type chunk struct {
@@ -111,8 +111,6 @@ func newStream(s *Session, id uint32, sendWindow uint32) *Stream {
 		swindow: int64(sendWindow),
 		rsig:    make(chan struct{}, 1),
 		ssig:    make(chan struct{}, 1),
-		readDL:  newDeadline(),
-		writeDL: newDeadline(),
 	}
 }
 
@@ -128,16 +126,28 @@ func (st *Stream) Session() *Session { return st.s }
 
 // SetDeadline sets both read and write deadlines.
 func (st *Stream) SetDeadline(t time.Time) error {
-	st.readDL.set(t)
-	st.writeDL.set(t)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.readDL.setLocked(&st.mu, t, st.rsig)
+	st.writeDL.setLocked(&st.mu, t, st.ssig)
 	return nil
 }
 
 // SetReadDeadline bounds Read.
-func (st *Stream) SetReadDeadline(t time.Time) error { st.readDL.set(t); return nil }
+func (st *Stream) SetReadDeadline(t time.Time) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.readDL.setLocked(&st.mu, t, st.rsig)
+	return nil
+}
 
 // SetWriteDeadline bounds Write, Flush and CloseWrite (waiting for window credit).
-func (st *Stream) SetWriteDeadline(t time.Time) error { st.writeDL.set(t); return nil }
+func (st *Stream) SetWriteDeadline(t time.Time) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.writeDL.setLocked(&st.mu, t, st.ssig)
+	return nil
+}
 
 // AfterSent arranges for f to run once the stream's outgoing message has been written
 // to the connection whole (its last frame flushed to the socket) or the stream failed,
@@ -571,20 +581,17 @@ func (st *Stream) emitLocked(data []byte, end bool) error {
 		size += frame.TrailerLen
 	}
 	for st.swindow < int64(size) {
+		if st.writeDL.expired {
+			return ErrTimeout
+		}
 		st.s.m.stalls.Inc()
 		st.flushOwedLocked()
 		st.mu.Unlock()
-		var err error
 		select {
-		case <-st.ssig:
-		case <-st.writeDL.wait():
-			err = ErrTimeout
+		case <-st.ssig: // credit, a failure or the deadline
 		case <-st.s.ctx.Done():
 		}
 		st.mu.Lock()
-		if err != nil {
-			return err
-		}
 		if st.werr != nil {
 			return st.werr
 		}
@@ -833,12 +840,12 @@ func (st *Stream) readChunks(b []byte, raw bool) (int, error) {
 			st.mu.Unlock()
 			return 0, io.EOF
 		}
-		st.mu.Unlock()
-		select {
-		case <-st.rsig:
-		case <-st.readDL.wait():
+		if st.readDL.expired {
+			st.mu.Unlock()
 			return 0, ErrTimeout
 		}
+		st.mu.Unlock()
+		<-st.rsig // data, a failure or the deadline
 	}
 }
 
@@ -930,6 +937,8 @@ func (st *Stream) finish() {
 		return
 	}
 	st.finished = true
+	st.readDL.stopLocked()
+	st.writeDL.stopLocked()
 	st.mu.Unlock()
 	st.s.removeStream(st)
 }
