@@ -427,13 +427,14 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 		op:    operationOf(req.Header, nil),
 		start: start, deadline: deadline,
 	}
-	// ctx ends at the exchange's hard bound, when it stalls (its clock), or earlier when
-	// a drain's deadline passes (abortCtx); every stream opened for this exchange is
-	// reset when it ends. A stall also ends the client connection's waits.
-	ctx, cancel := context.WithDeadline(e.abortCtx, deadline)
-	defer cancel()
-	ctx, x.abandon = context.WithCancelCause(ctx)
-	defer x.abandon(nil)
+	// ctx ends when the exchange's clock expires (it stalls, or its hard bound passes),
+	// or earlier when a drain's deadline passes (abortCtx); every stream opened for this
+	// exchange is reset when it ends. The clock's expiry also ends the client
+	// connection's waits and the streams' (roundTrip). One timer, the clock's, bounds
+	// the exchange: no context deadline or stream deadline arms another.
+	ctx, abandon := context.WithCancelCause(e.abortCtx)
+	x.abandon = abandon
+	defer abandon(nil)
 	x.clock = startProgressClock(e.limits().ExchangeTimeout, deadline)
 	x.clock.onExpire(func() {
 		_ = cc.SetDeadline(time.Unix(1, 0))
@@ -607,10 +608,12 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			}
 			return nil, nil, nil, nil, x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", peer, err), !replayable)
 		}
-		_ = st.SetDeadline(x.deadline)
 		opened := st
 		stop := context.AfterFunc(ctx, func() { _ = opened.Close() })
 		defer stop()
+		// The clock bounds the stream's reads and writes, also while respond relays the
+		// response after this returns (stop above has ended the close-on-ctx by then).
+		x.clock.onExpire(func() { _ = opened.SetDeadline(time.Unix(1, 0)) })
 		if replayable {
 			_, err = busyStream{st, x.clock}.Write(msg)
 			if err == nil {

@@ -1,12 +1,15 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/soapgw/soapgw/internal/httpwire"
 	"github.com/soapgw/soapgw/internal/tunnel"
 	"github.com/soapgw/soapgw/internal/tunnel/frame"
 )
@@ -742,4 +746,56 @@ func envFirstStream(t *testing.T, up *fakeUpstream, m *Metrics, calls *atomic.In
 		},
 	})
 	return env
+}
+
+// TestOriginSkipsPooledConnectionsTheServerClosed: a keep-alive server that closes an
+// idle connection (its idle timeout, here 50 ms) never gets a request written into the
+// closed connection: the origin checks a pooled connection before it reuses it
+// (aliveProbe) and dials a new one, so every call succeeds.
+func TestOriginSkipsPooledConnectionsTheServerClosed(t *testing.T) {
+	const body = "<r>ok</r>"
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns atomic.Int32
+	var wg sync.WaitGroup
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			wg.Add(1)
+			go func() { // one request, then the connection idles out
+				defer wg.Done()
+				defer c.Close()
+				req, err := httpwire.ReadRequest(bufio.NewReader(c), httpwire.Limits{})
+				if err != nil {
+					return
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				_, _ = c.Write([]byte(resp))
+				time.Sleep(50 * time.Millisecond)
+			}()
+		}
+	}()
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: ln.Addr().String(), PoolSize: 2, IdleTimeout: time.Minute}}})
+	pool := (*env.origin.pools.Load())["up"]
+	cl := env.dial()
+	for i := range 3 {
+		cl.send("POST /svc HTTP/1.1\r\nHost: svc.example\r\nContent-Type: text/xml\r\nContent-Length: 3\r\n\r\nabc")
+		require.Equal(t, resp, string(cl.readExactly(len(resp))), "call %d", i)
+		// The connection went back to the pool, and the server closes it meanwhile.
+		require.Eventually(t, func() bool {
+			pool.mu.Lock()
+			defer pool.mu.Unlock()
+			return len(pool.idle) == 1
+		}, testDeadline, time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, int32(3), conns.Load(), "a closed pooled connection is never reused")
 }

@@ -107,10 +107,11 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer st.Close()
 	start := time.Now()
 	end := start.Add(o.limits().ExchangeMaxDuration)
-	_ = st.SetDeadline(end)
 	// The exchange ends when it stalls (limits.exchange_timeout without a byte of it
-	// moving on the stream) or at end; a stall first unblocks the stream, then (below)
-	// cancels the exchange's context, which unblocks the upstream call.
+	// moving on the stream) or at end; then the clock first unblocks the stream (a past
+	// deadline), then (below) cancels the exchange's context, which unblocks the
+	// upstream call. Its timer is the exchange's only one: no future deadline is set on
+	// the stream or the context.
 	clock := startProgressClock(o.limits().ExchangeTimeout, end)
 	defer clock.stop()
 	clock.onExpire(func() { _ = st.SetDeadline(time.Unix(1, 0)) })
@@ -130,19 +131,12 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	}
 	defer func() { <-o.inflight }()
 	x.start, x.deadline, x.clock = start, end, clock
-	if o.held != nil || envelope.IsOneWay(x.req.ExchangeID) {
-		// A held exchange outlives its tunnel connection, for the edge to collect its
-		// response on another (watchAbandon still stops it when the edge resets the
-		// stream, and the deadline bounds it); the server's shutdown still ends it.
-		var stop func()
-		ctx, stop = outliveConnection(ctx)
-		defer stop()
-	}
-	ctx, cancel := context.WithDeadline(ctx, x.deadline)
-	defer cancel()
-	ctx, stalled := context.WithCancelCause(ctx)
-	defer stalled(nil)
-	clock.onExpire(func() { stalled(errNoProgress) })
+	// The exchange's one context ends when its clock expires (errNoProgress: a stall or
+	// end), when the edge abandons it (watchAbandon, below), or with the stream's
+	// connection (ctx), except when the exchange outlives that connection.
+	ctx, endExchange := exchangeContext(ctx, o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
+	defer endExchange(nil)
+	clock.onExpire(func() { endExchange(errNoProgress) })
 	tunnelSt := st            // the stream itself, for watchAbandon
 	var resumable func() bool // nil: the exchange ends with its stream
 	var oneWay *oneWayDelivery
@@ -187,9 +181,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		st, resumable = hst, h.resumable
 	}
 	if oneWay == nil {
-		var stopWatch func()
-		ctx, stopWatch = watchAbandon(ctx, tunnelSt, resumable)
-		defer stopWatch()
+		defer watchAbandon(tunnelSt, resumable, endExchange)()
 	}
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
@@ -253,42 +245,47 @@ func armDeadline(ctx context.Context, set func(time.Time) error, t time.Time) {
 // client went away, or its exchange or drain deadline passed.
 var errAbandoned = errors.New("the edge abandoned the exchange (its client went away, or its deadline passed)")
 
-// watchAbandon returns ctx, cancelled with errAbandoned when st fails (the edge reset it)
-// if st can tell (FailContext: tunnel and UDP tunnel streams). Without it the origin would learn only when it
-// writes the response, and an upstream that takes minutes would keep its connection and
-// the exchange's slot all that time for nobody. stop ends the watch.
+// watchAbandon ends the exchange with errAbandoned (end) when st fails because the edge
+// reset it, if st can tell (FailContext: tunnel and UDP tunnel streams). Without it the
+// origin would learn only when it writes the response, and an upstream that takes
+// minutes would keep its connection and the exchange's slot all that time for nobody. It
+// returns the function that ends the watch.
 //
 // A stream that failed because its connection died (not reset by the edge) leaves a
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
-func watchAbandon(ctx context.Context, st Stream, resumable func() bool) (_ context.Context, stop func()) {
+func watchAbandon(st Stream, resumable func() bool, end context.CancelCauseFunc) (stop func() bool) {
 	f, ok := st.(interface{ FailContext() context.Context })
 	if !ok {
-		return ctx, func() {}
+		return func() bool { return false }
 	}
 	// No goroutine per exchange: the callback runs only if the stream fails.
-	ctx, cancel := context.WithCancelCause(ctx)
-	stopWatch := context.AfterFunc(f.FailContext(), func() {
+	return context.AfterFunc(f.FailContext(), func() {
 		if resumable == nil || !resumable() || resetByEdge(st) {
-			cancel(errAbandoned)
+			end(errAbandoned)
 		} // else the connection died: the exchange goes on for a resume
 	})
-	return ctx, func() { stopWatch(); cancel(nil) }
 }
 
-// outliveConnection returns a context that ends with ctx, except when ctx ends because
-// the stream's tunnel connection ended (a cause with ConnectionLost, from the tunnel
-// server): then it goes on.
-func outliveConnection(ctx context.Context) (context.Context, func()) {
-	out, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+// exchangeContext returns the context of one exchange, a child of ctx (the stream's: it
+// ends with the tunnel connection or the server's shutdown), and the function that ends
+// it with a cause. One that outlives its connection (a held exchange, for the edge to
+// collect its response on another; a one-way delivery) does not end when ctx ends
+// because the connection was lost (a cause with ConnectionLost, from the tunnel
+// server), only for the other reasons (shutdown).
+func exchangeContext(ctx context.Context, outlive bool) (context.Context, context.CancelCauseFunc) {
+	if !outlive {
+		return context.WithCancelCause(ctx)
+	}
+	out, end := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() {
 		var cl interface{ ConnectionLost() bool }
 		if errors.As(context.Cause(ctx), &cl) && cl.ConnectionLost() {
 			return
 		}
-		cancel(context.Cause(ctx))
+		end(context.Cause(ctx))
 	})
-	return out, func() { stop(); cancel(nil) }
+	return out, func(cause error) { stop(); end(cause) }
 }
 
 // resetByEdge reports whether a failed stream was reset by the edge (which abandons the
@@ -864,6 +861,7 @@ type upstreamConn struct {
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+	probe     *aliveProbe // nil: alive checks with a short read deadline
 }
 
 func (p *upstreamPool) get(ctx context.Context) (*upstreamConn, error) {
@@ -892,7 +890,7 @@ func (uc *upstreamConn) alive() bool {
 	if uc.br.Buffered() > 0 {
 		return false // unsolicited bytes: protocol confusion
 	}
-	if ok, known := peekAlive(uc.conn); known {
+	if ok, known := uc.probe.check(); known {
 		return ok
 	}
 	_ = uc.conn.SetReadDeadline(time.Now().Add(time.Millisecond / 10))
@@ -922,7 +920,7 @@ func (p *upstreamPool) dial(ctx context.Context) (*upstreamConn, error) {
 		c = tc
 	}
 	p.m.upstreamConns.WithLabelValues(p.up.Name).Inc()
-	return &upstreamConn{pool: p, conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 16<<10)}, nil
+	return &upstreamConn{pool: p, conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 16<<10), probe: newAliveProbe(c)}, nil
 }
 
 func (p *upstreamPool) put(uc *upstreamConn) {

@@ -38,6 +38,7 @@ type progressClock struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	hooks   []func()
+	hookBuf [4]func() // hooks' first backing array: an exchange registers 2-4
 	expired bool
 	stopped bool
 }
@@ -49,6 +50,7 @@ var errNoProgress = errors.New("soapgw: exchange made no progress")
 // bound (zero: none).
 func startProgressClock(stall time.Duration, end time.Time) *progressClock {
 	c := &progressClock{stall: stall, end: end, base: time.Now()}
+	c.hooks = c.hookBuf[:0]
 	c.timer = time.AfterFunc(c.wait(time.Now()), c.check)
 	return c
 }

@@ -145,6 +145,35 @@ func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 	})
 }
 
+// The edge's own bounds end an exchange whose response stopped arriving from the tunnel,
+// even when the origin's bounds are longer: its clock unblocks the stream it waits on
+// (no stream deadline is armed per exchange; the clock is the one timer).
+func TestEdgeBoundEndsAResponseThatStopsArriving(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits Limits
+	}{
+		{"exchange_max_duration", Limits{ExchangeMaxDuration: time.Second / 2}},
+		{"exchange_timeout", Limits{ExchangeTimeout: time.Second / 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _ := trickleUpstream(t, 4, 0, 2, 4*time.Second) // two parts, then 4 s of silence
+			ups := []Upstream{{Name: "up", Address: addr}}
+			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: tc.limits}) // the origin keeps its defaults
+			cl := env.dial()
+			_ = cl.c.SetDeadline(time.Now().Add(2 * testDeadline))
+			start := time.Now()
+			cl.send(soapRequest(1, "/svc", "", "<x/>"))
+			resp, err := httpwire.ReadResponse(cl.br, "POST", httpwire.Limits{})
+			require.NoError(t, err)
+			require.Equal(t, 200, resp.StatusCode)
+			_, err = io.ReadAll(resp.Body)
+			require.Error(t, err, "a truncated body must not pass for a whole one")
+			require.Less(t, time.Since(start), 2*time.Second, "the edge waited for the upstream instead of ending the exchange at its bound")
+		})
+	}
+}
+
 func TestProgressClockBusyWriteIsNoStall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, expired := watchedClock(t, time.Second, time.Time{})
