@@ -58,7 +58,16 @@ type Hello struct {
 	// the origin sends small responses twice: "auto" while its packets are reported lost,
 	// absent always (internal/tunnel/quic SPEC.md, "Copies"). Other values mean absent.
 	Copies string `json:"copies,omitempty"`
+	// Divert, from an edge over the UDP tunnel, is "tcp" when the edge keeps a TCP tunnel
+	// to the same origin beside the UDP one (fallback tcp): the origin may then tell it to
+	// collect a large response there while the UDP path loses packets (internal/tunnel/quic
+	// SPEC.md, "Large responses over TCP"). Other values mean absent.
+	Divert string `json:"divert,omitempty"`
 }
+
+// DivertTCP is HELLO's divert value of an edge that collects diverted responses over
+// its TCP tunnel.
+const DivertTCP = "tcp"
 
 // MaxInstance bounds HELLO's instance.
 const MaxInstance = 64

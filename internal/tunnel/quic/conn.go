@@ -85,6 +85,7 @@ type conn struct {
 
 	// Copies (redundant.go): nil copies means off.
 	redundancy Redundancy    // the edge's setting (the origin follows the edge's HELLO)
+	divert     bool          // an edge with a TCP tunnel beside: it says so in its HELLO (PeerConfig.Divert)
 	copyMode   atomic.Uint32 // Redundancy in force, set once copies are on
 	loss       lossMeter     // this side's packets the peer reports lost (loss.go)
 	reports    reporter      // when this side reports what it received
@@ -277,6 +278,9 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 func (c *conn) hello(maxStreams int64) frame.Hello {
 	h := frame.Hello{Proto: 1, Node: c.cfg.Node, Codecs: frame.CodecIDs{0}, MaxFrame: 64 << 10, Window: 1 << 20, MaxStreams: uint32(max(maxStreams, 1)),
 		Copies: c.redundancy.helloCopies()}
+	if c.divert {
+		h.Divert = frame.DivertTCP
+	}
 	if c.cfg.Instance != nil {
 		h.Instance = c.cfg.Instance()
 	}

@@ -148,6 +148,10 @@ type pairOptions struct {
 	keepalive time.Duration
 	// delay holds every packet both sides send that long: a path of twice that RTT.
 	delay time.Duration
+	// divert: the edge announces a TCP tunnel beside (PeerConfig.Divert).
+	divert bool
+	// originFilter gives the origin a droppable socket (originSock) even without delay.
+	originFilter bool
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -203,7 +207,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	p.handler.Store(&echo)
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	require.NoError(t, err)
-	if o.delay > 0 {
+	if o.delay > 0 || o.originFilter {
 		p.originSock = &filterConn{PacketConn: pc}
 		p.originSock.delay.Store(int64(o.delay))
 		pc = p.originSock
@@ -211,7 +215,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	served := make(chan error, 1)
 	go func() { served <- p.srv.Serve(pc) }()
 	p.peer = NewPeer(context.Background(), PeerConfig{
-		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window, BulkWindow: o.bulkWindow, Redundancy: o.copies,
+		Name: "origin", Address: pc.LocalAddr().String(), Session: esess, SequencedWindow: o.window, BulkWindow: o.bulkWindow, Redundancy: o.copies, Divert: o.divert,
 		TLS:   func() *tls.Config { return client.TLSConfig(ALPN) },
 		Prove: client.ProveEdge,
 		ListenPacket: func() (net.PacketConn, error) {

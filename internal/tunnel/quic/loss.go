@@ -133,3 +133,20 @@ func (c *conn) onReceivedReport(received uint64) {
 		c.copyTransition(c.loss.copying.Load(), c.loss.lossRatio())
 	}
 }
+
+// lossyMinPackets is the packets quic-go must have sent before its own loss count says
+// anything about the path (lossy).
+const lossyMinPackets = 100
+
+// lossy reports whether this side's packets are being lost at the rate that turns copies
+// on: by the peer's reports (lossMeter, which also sees lone one-packet losses), or by
+// quic-go's own count over the connection, which bulk transfers feed within a few round
+// trips, long before the reports have their evidence (two reports at least, a second
+// apart).
+func (c *conn) lossy() bool {
+	if c.loss.lossRatio() >= copiesOnLoss {
+		return true
+	}
+	s := c.qc.ConnectionStats()
+	return s.PacketsSent >= lossyMinPackets && float64(s.PacketsLost) >= copiesOnLoss*float64(s.PacketsSent)
+}

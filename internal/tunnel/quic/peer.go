@@ -50,6 +50,11 @@ type PeerConfig struct {
 	// about the bytes of every small message once more. The zero value is off; auto
 	// sends copies only while the peer reports packets lost (loss.go).
 	Redundancy Redundancy
+	// Divert says the edge keeps a TCP tunnel to the same origin beside this one
+	// (fallback tcp), where it collects a response the origin diverts: a large one while
+	// the UDP path loses packets (SPEC.md, "Large responses over TCP"). It is announced in
+	// HELLO; the proxy's resumer does the collecting.
+	Divert bool
 	// ListenPacket opens the UDP socket of a new connection; nil: an ephemeral port on
 	// all interfaces. Tests pass lossy sockets here.
 	ListenPacket func() (net.PacketConn, error)
@@ -300,6 +305,7 @@ func (p *Peer) connect() (*conn, net.PacketConn, error) {
 	}
 	c := newConn(qc, p.session, p.m, p.cfg.Name, p.log)
 	c.redundancy = p.cfg.Redundancy
+	c.divert = p.cfg.Divert
 	c.window.fixed = uint64(max(p.cfg.SequencedWindow, 0))
 	c.window.bulk = uint64(max(p.cfg.BulkWindow, 0))
 	c.window.gauge = p.m.window.WithLabelValues(p.cfg.Name)
