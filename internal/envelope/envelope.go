@@ -32,6 +32,11 @@
 // never reached it ("not_run": the edge may send it again) instead of "not_held" (outcome
 // unknown). When present it is not empty.
 //
+// An origin may also answer a request with an error head whose cause is "diverted": it
+// sends the response over the edge's other tunnel (the TCP one beside a lossy UDP one),
+// where the edge collects it with a resume at offset 0 (internal/tunnel/quic SPEC.md,
+// "Large responses over TCP"). Edges that did not ask for it never get it.
+//
 // One-way deliveries. A request whose exchange id starts with [OneWayPrefix] ("ow.") is a
 // one-way message the edge acknowledged to its client from its durable spool and now
 // delivers: the id is the message's, the same on every attempt, and the origin delivers

@@ -36,6 +36,15 @@ type Opener interface {
 	OpenStream(ctx context.Context) (Stream, error)
 }
 
+// A Diverter is an Opener that also reaches the same origin over a second tunnel (cmd: a
+// UDP peer with fallback tcp keeps a TCP tunnel beside the UDP one). An origin may answer
+// that it sends an exchange's response there instead (a large one while the UDP path
+// loses packets); the edge then collects it with a stream from OpenDiverted (resume.go).
+type Diverter interface {
+	Opener
+	OpenDiverted(ctx context.Context) (Stream, error)
+}
+
 // OpenerFunc adapts a function to Opener.
 type OpenerFunc func(ctx context.Context) (Stream, error)
 

@@ -654,7 +654,17 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			sbr.Reset(st)
 			var head []byte
 			if head, err = readHead(sbr, e.limits().MaxHeaderBytes+4096); err == nil {
-				if resp, gwErr, err = envelope.ParseResponse(head); err == nil {
+				resp, gwErr, err = envelope.ParseResponse(head)
+				if err == nil && gwErr != nil && gwErr.Cause == responseDiverted {
+					// The response comes over the other tunnel (resumer.divert).
+					if err = rs.divert(opener); err == nil {
+						sbr.Reset(rs)
+						if head, err = readHead(sbr, e.limits().MaxHeaderBytes+4096); err == nil {
+							resp, gwErr, err = envelope.ParseResponse(head)
+						}
+					}
+				}
+				if err == nil {
 					return st, sbr, resp, gwErr, true
 				}
 			}

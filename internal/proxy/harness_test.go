@@ -171,6 +171,9 @@ type envConfig struct {
 	// Accept, when set, sees every stream the origin session accepts; returning false
 	// means the hook took care of it and the origin does not serve it.
 	Accept func(st *tunnel.Stream) bool
+	// OriginStream, when set, wraps every stream the origin serves (e.g. to add what a UDP
+	// tunnel stream can tell).
+	OriginStream func(st *tunnel.Stream) Stream
 	// Tunnel, when set, adjusts the tunnel configuration of the edge's session (origin
 	// false) and of the origin's (origin true), e.g. to give them codecs.
 	Tunnel func(origin bool, c *tunnel.Config)
@@ -259,7 +262,11 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 			serving.Add(1)
 			go func() {
 				defer serving.Done()
-				origin.ServeStream(context.Background(), st)
+				var ost Stream = st
+				if cfg.OriginStream != nil {
+					ost = cfg.OriginStream(st)
+				}
+				origin.ServeStream(context.Background(), ost)
 			}()
 		}
 	}()

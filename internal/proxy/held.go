@@ -195,6 +195,7 @@ type heldExchange struct {
 	mu         sync.Mutex
 	buf        []byte
 	accounted  int64 // bytes counted in s.bytes for it
+	prepaid    int64 // of accounted, reserved ahead of the writes (prepay) and not written yet
 	lost       bool  // the copy was dropped: not resumable
 	done       bool  // the response (or an error head) is complete
 	notRun     bool  // ended without the upstream getting the whole request: not executed
@@ -407,6 +408,13 @@ func (h *heldExchange) record(p []byte) {
 		h.s.release(free)
 		return
 	}
+	if h.prepaid >= n {
+		h.prepaid -= n
+		h.buf = append(h.buf, p...)
+		h.wakeLocked()
+		h.mu.Unlock()
+		return
+	}
 	h.mu.Unlock()
 	ok := h.s.reserve(h, n) // without h.mu: the store's lock comes first
 	h.mu.Lock()
@@ -433,6 +441,7 @@ func (h *heldExchange) record(p []byte) {
 func (h *heldExchange) loseLocked(why string) (free int64) {
 	h.lost = true
 	h.buf = nil
+	h.prepaid = 0
 	if n := h.accounted - heldOverhead; n > 0 {
 		free = n
 		h.accounted = heldOverhead
@@ -440,6 +449,31 @@ func (h *heldExchange) loseLocked(why string) (free int64) {
 	h.s.m.lost.WithLabelValues(why).Inc()
 	h.wakeLocked()
 	return free
+}
+
+// prepay reserves n bytes of the store's budget for h's copy ahead of its writes: a
+// response the edge will collect from the copy alone (Origin.divert) must not lose it to
+// the budget half-way. false: the copy could not hold n bytes. What is not written is
+// given back when the response ends (unprepay).
+func (h *heldExchange) prepay(n int64) bool {
+	if n > h.s.maxEach || !h.s.reserve(h, n) {
+		return false
+	}
+	h.mu.Lock()
+	h.accounted += n
+	h.prepaid += n
+	h.mu.Unlock()
+	return true
+}
+
+// unprepay gives back the prepaid bytes no write used.
+func (h *heldExchange) unprepay() {
+	h.mu.Lock()
+	free := h.prepaid
+	h.accounted -= free
+	h.prepaid = 0
+	h.mu.Unlock()
+	h.s.release(free)
 }
 
 func (h *heldExchange) wakeLocked() {
@@ -580,7 +614,7 @@ func newHeldMetrics() *heldMetrics {
 		}, []string{"reason"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_resumes_total",
-			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once).",
+			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once), diverted (at the edge: a large response the origin sent over the TCP tunnel beside a lossy UDP one, collected there).",
 		}, []string{"role", "result"}),
 	}
 	for _, r := range []string{"expired", "evicted"} {
@@ -596,6 +630,7 @@ func newHeldMetrics() *heldMetrics {
 		}
 	}
 	m.resumes.WithLabelValues("origin", "duplicate")
+	m.resumes.WithLabelValues("edge", "diverted")
 	return m
 }
 
@@ -660,6 +695,7 @@ func (w *heldStream) CloseWrite() error {
 		return errHeldLost
 	}
 	w.closed = true
+	w.h.unprepay()
 	if w.detached {
 		w.h.complete() // the copy alone carries it
 	} else {
@@ -682,7 +718,7 @@ func (w *heldStream) finish(notRun bool) {
 	if notRun {
 		w.h.notRun = true
 		free = w.h.accounted - heldOverhead
-		w.h.buf, w.h.accounted = nil, heldOverhead
+		w.h.buf, w.h.accounted, w.h.prepaid = nil, heldOverhead, 0
 	} else {
 		free = w.h.loseLocked("failed")
 	}

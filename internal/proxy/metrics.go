@@ -21,8 +21,9 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
 	readAhead     prometheus.Gauge // bytes of responses queued ahead of a slow tunnel
-	held          *heldMetrics     // resumes, and the origin's held responses
-	oneWay        *oneWayMetrics   // one-way messages: the edge's spool, deliveries
+	diverted      *prometheus.CounterVec
+	held          *heldMetrics   // resumes, and the origin's held responses
+	oneWay        *oneWayMetrics // one-way messages: the edge's spool, deliveries
 	oneWayOrigin  *prometheus.CounterVec
 }
 
@@ -75,6 +76,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_origin_readahead_bytes",
 			Help: "Bytes of upstream responses the origin has read and queued for a tunnel slower than the server (in 32 KiB chunks; at most 64 MiB, 8 MiB per response).",
 		}),
+		diverted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_origin_responses_diverted_total",
+			Help: "Large responses the origin sent over the edge's TCP tunnel instead of the UDP tunnel stream of their request, because the UDP path was losing packets (fallback tcp at the edge), by upstream.",
+		}, []string{"upstream"}),
 		held:   newHeldMetrics(),
 		oneWay: newOneWayMetrics(),
 	}
@@ -87,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.readAhead)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.readAhead, m.diverted)
 		reg.MustRegister(m.held.collectors()...)
 		reg.MustRegister(m.oneWay.collectors()...)
 	}

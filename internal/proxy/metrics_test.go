@@ -30,6 +30,7 @@ var metricNames = []string{
 	"soapgw_origin_held_lost_total",
 	"soapgw_origin_oneway_total",
 	"soapgw_origin_readahead_bytes",
+	"soapgw_origin_responses_diverted_total",
 	"soapgw_origin_resume_tombstones",
 	"soapgw_origin_upstream_connections_total",
 	"soapgw_resumes_total",

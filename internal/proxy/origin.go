@@ -178,7 +178,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		}
 		hst := &heldStream{Stream: st, h: h}
 		defer func() { hst.finish(!x.sent) }()
-		st, resumable = hst, h.resumable
+		st, resumable, x.held = hst, h.resumable, hst
 	}
 	if oneWay == nil {
 		defer watchAbandon(tunnelSt, resumable, endExchange)()
@@ -227,6 +227,37 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if o.relayResponse(ctx, st, x, uc, resp, stopAbort) {
 		uc = nil // pooled or closed by relayResponse
 	}
+}
+
+// divertMinBytes is the smallest response body diverted to the edge's TCP tunnel: a
+// response that fits QUIC's first flights (its initial window is about 40 KB) loses
+// nothing to the UDP path's loss that a round trip more would win back.
+const divertMinBytes = 64 << 10
+
+// divert decides, before the first byte of the response goes out, whether the response
+// travels over the edge's TCP tunnel instead of the exchange's own stream (a UDP tunnel
+// stream whose path loses packets, and an edge that keeps a TCP tunnel beside it:
+// DivertLarge). Then the stream carries only an error head with cause "diverted", and the
+// response goes to the held copy alone, which the edge collects over TCP with a resume at
+// offset 0 (resume.go). The copy is paid for whole beforehand, so it cannot be dropped
+// for the budget half-way. Chunked responses (length unknown) and small ones stay.
+func (o *Origin) divert(x *originExchange, resp *httpwire.Response) bool {
+	w := x.held
+	if w == nil || resp.Chunked || resp.ContentLength < divertMinBytes {
+		return false
+	}
+	d, ok := w.Stream.(interface{ DivertLarge() bool })
+	if !ok || !d.DivertLarge() || !w.h.prepay(resp.ContentLength+int64(o.limits().MaxHeaderBytes)+4096) {
+		return false
+	}
+	ge := &gatewayError{Status: 502, Cause: responseDiverted,
+		Message: fmt.Sprintf("soapgw: origin %q sends the response of exchange %s (%d bytes) over the TCP tunnel", o.cfg.Node, x.id(), resp.ContentLength)}
+	if _, err := w.Stream.Write(ge.Append(nil)); err == nil {
+		_ = w.Stream.CloseWrite()
+	} // else the stream failed: the edge resumes from the copy all the same
+	w.detached = true
+	o.m.diverted.WithLabelValues(x.pool.up.Name).Inc()
+	return true
 }
 
 // armDeadline sets a deadline on the upstream connection of an exchange whose context is
@@ -356,6 +387,7 @@ type originExchange struct {
 	// beforeLastByte, when set (one-way deliveries), runs after all but the last byte of
 	// a request with a Content-Length went to the upstream; an error stops the request.
 	beforeLastByte func() error
+	held           *heldStream // the response's stream when it is held for resumes
 }
 
 func (x *originExchange) id() string {
@@ -496,6 +528,9 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 	// Writes into the tunnel are the exchange's progress, and blocking in one is not a
 	// stall (progressClock); a tunnel slower than the upstream gets the response from
 	// memory while the upstream is read at its own pace (readAhead).
+	if o.divert(x, resp) {
+		o.log.Debug("large response diverted to the edge's TCP tunnel", "exchange", req.ExchangeID, "upstream", up.Name, "bytes", resp.ContentLength)
+	}
 	ra := &readAhead{Stream: busyStream{st, x.clock}, tokens: o.aheadTokens, clock: x.clock, gauge: o.m.readAhead}
 	n, err := o.sendResponse(ra, uc, resp)
 	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))

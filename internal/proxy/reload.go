@@ -68,6 +68,7 @@ func (o *Origin) newPools(ups []Upstream, old map[string]*upstreamPool) (map[str
 			continue
 		}
 		pools[u.Name] = &upstreamPool{up: u, m: o.m}
+		o.m.diverted.WithLabelValues(u.Name) // at 0, for increase() and the dashboard
 	}
 	return pools, nil
 }

@@ -54,6 +54,9 @@ type resumer struct {
 	clock    *progressClock // touched by every read that returns bytes
 	broken   error          // the request's end failed: resume before the first read
 	stops    []func() bool
+	// diverting: the resume collects a response the origin diverted (divert), counted
+	// as such.
+	diverting bool
 }
 
 // maxResumes bounds how often one exchange is resumed: each resume needs a connection
@@ -132,7 +135,11 @@ func (r *resumer) resume(cause error) error {
 		st, br, err := r.ask()
 		if err == nil {
 			r.st, r.br = st, br
-			r.m.resumes.WithLabelValues("edge", "ok").Inc()
+			result := "ok"
+			if r.diverting {
+				result = "diverted"
+			}
+			r.m.resumes.WithLabelValues("edge", result).Inc()
 			return nil
 		}
 		var ou *outcomeUnknownError
@@ -152,6 +159,23 @@ func (r *resumer) resume(cause error) error {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// divert collects the response over the other tunnel of a Diverter: the origin answered
+// on the exchange's stream that it sends the response there (Origin.divert). That answer
+// was not part of the response message, which starts at offset 0 on the new stream. An
+// opener that is not a Diverter collects it on a stream of its own (the copy is held
+// either way); so do resumes after this one.
+func (r *resumer) divert(opener Opener) error {
+	r.read, r.br = 0, nil
+	r.diverting = true
+	defer func() { r.diverting = false }()
+	if d, ok := opener.(Diverter); ok {
+		own := r.opener
+		r.opener = OpenerFunc(d.OpenDiverted)
+		defer func() { r.opener = own }()
+	}
+	return r.resume(errors.New("the origin diverted the response to the TCP tunnel"))
 }
 
 // ask opens a stream, sends the resume head and reads the answer's head. An error that
@@ -231,6 +255,11 @@ type notDeliveredError struct{ msg string }
 
 func (e *notDeliveredError) Error() string   { return e.msg }
 func (e *notDeliveredError) Retryable() bool { return true }
+
+// responseDiverted is the cause in an origin's answer that sends the exchange's response
+// over the edge's TCP tunnel instead (Origin.divert); the edge collects it there with a
+// resume at offset 0 (resumer.divert). It never reaches a client.
+const responseDiverted = "diverted"
 
 // resumeNotHeld is the cause in an origin's answer to a resume for an exchange it does
 // not hold. It never reaches a client: the edge turns it into outcome_unknown.

@@ -1,0 +1,111 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/tunnel"
+)
+
+// lossyUDPStream is a tunnel stream that says what a UDP tunnel stream says on a lossy
+// path whose edge keeps a TCP tunnel beside (quic.Stream.DivertLarge).
+type lossyUDPStream struct{ *tunnel.Stream }
+
+func (lossyUDPStream) DivertLarge() bool { return true }
+
+// divertingOpener counts the streams opened over "the other tunnel" (here: the same
+// session, which is what the edge's resume needs).
+type divertingOpener struct {
+	Opener
+	diverted atomic.Int32
+}
+
+func (d *divertingOpener) OpenDiverted(ctx context.Context) (Stream, error) {
+	d.diverted.Add(1)
+	return d.OpenStream(ctx)
+}
+
+// TestDivertLargeResponses: over a stream that asks for it (a lossy UDP path, an edge
+// with a TCP tunnel beside), a response of a known length of at least divertMinBytes
+// goes to the edge over the other tunnel: the exchange's stream carries only the
+// "diverted" answer and the edge collects the response with a resume at offset 0. The
+// client gets it byte for byte either way; small and chunked responses stay on the
+// stream; without a Diverter the edge collects on its own opener.
+func TestDivertLargeResponses(t *testing.T) {
+	large := bytes.Repeat([]byte("<row>0123456789abcdef</row>"), 10_000) // 270 KB
+	cases := []struct {
+		name        string
+		body        []byte
+		chunked     bool
+		diverter    bool
+		wantDiverts int
+	}{
+		{"large", large, false, true, 1},
+		{"large without a diverter", large, false, false, 1},
+		{"small", large[:divertMinBytes-1], false, true, 0},
+		{"chunked", large, true, true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: " + strconv.Itoa(len(tc.body)) + "\r\n\r\n" + string(tc.body)
+			if tc.chunked {
+				resp = "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nTransfer-Encoding: chunked\r\n\r\n" +
+					strconv.FormatInt(int64(len(tc.body)), 16) + "\r\n" + string(tc.body) + "\r\n0\r\n\r\n"
+			}
+			up := newUpstream(t, func(int, upstreamReq) ([]byte, bool) { return []byte(resp), false })
+			m := NewMetrics(prometheus.NewRegistry())
+			var d *divertingOpener
+			env := newEnv(t, envConfig{
+				Upstreams:    []Upstream{{Name: "up", Address: up.addr(), PoolSize: 1}},
+				Metrics:      m,
+				OriginStream: func(st *tunnel.Stream) Stream { return lossyUDPStream{st} },
+				Opener: func(base Opener) Opener {
+					if !tc.diverter {
+						return base
+					}
+					d = &divertingOpener{Opener: base}
+					return d
+				},
+			})
+			cl := env.dial()
+			cl.send(soapRequest(1, "/svc", "", "<x/>"))
+			got, body := cl.read("POST")
+			require.Equal(t, 200, got.StatusCode)
+			require.True(t, bytes.Equal(tc.body, body), "the client got the response byte for byte")
+
+			require.Equal(t, float64(tc.wantDiverts), testutil.ToFloat64(m.diverted.WithLabelValues("up")))
+			require.Equal(t, float64(tc.wantDiverts), testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "diverted")))
+			require.Zero(t, testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "failed")))
+			if d != nil {
+				require.Equal(t, int32(tc.wantDiverts), d.diverted.Load(), "collected over the other tunnel")
+			}
+			require.Len(t, up.requests(), 1, "the server got the request once")
+			// The held store's budget counts exactly the copies it holds: what was paid
+			// ahead for a diverted response and not written was given back.
+			require.Eventually(t, func() bool {
+				s := env.origin.held
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				var sum int64
+				for _, h := range s.byID {
+					h.mu.Lock()
+					ok := h.prepaid == 0 && (h.lost || h.accounted == heldOverhead+int64(len(h.buf)))
+					sum += h.accounted
+					h.mu.Unlock()
+					if !ok {
+						return false
+					}
+				}
+				return sum == s.bytes
+			}, testDeadline, time.Millisecond)
+		})
+	}
+}
