@@ -68,7 +68,32 @@ func (cs *codecs) session(base tunnel.Config, enc tunnel.Encoding) *tunnel.Confi
 
 // routeOpener opens streams to a peer with a route's own codec.
 func routeOpener(peer tunnelPeer, enc tunnel.Encoding) proxy.Opener {
-	return proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) { return peer.open(ctx, enc) })
+	po := peerOpener{peer, enc}
+	if fb, ok := peer.(*fallbackPeer); ok {
+		return divertingOpener{po, fb}
+	}
+	return po
+}
+
+// peerOpener opens exchanges through a peer, with the codec policy enc (nil: the peer's).
+type peerOpener struct {
+	peer tunnelPeer
+	enc  tunnel.Encoding
+}
+
+func (o peerOpener) OpenStream(ctx context.Context) (proxy.Stream, error) {
+	return o.peer.open(ctx, o.enc)
+}
+
+// divertingOpener is the opener of a UDP peer with fallback tcp: a proxy.Diverter, so the
+// edge collects over TCP a large response the origin diverts there.
+type divertingOpener struct {
+	peerOpener
+	fb *fallbackPeer
+}
+
+func (o divertingOpener) OpenDiverted(ctx context.Context) (proxy.Stream, error) {
+	return o.fb.openDiverted(ctx, o.enc)
 }
 
 type tunnelCodec struct {

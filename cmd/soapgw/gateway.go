@@ -285,7 +285,7 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 		if err != nil {
 			return err
 		}
-		openers[p.Name] = proxy.OpenerFunc(func(ctx context.Context) (proxy.Stream, error) { return peer.open(ctx, nil) })
+		openers[p.Name] = routeOpener(peer, nil)
 	}
 	routes, err := g.proxyRoutes(e.Routes)
 	if err != nil {

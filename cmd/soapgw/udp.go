@@ -86,6 +86,16 @@ func (p *fallbackPeer) open(ctx context.Context, enc tunnel.Encoding) (proxy.Str
 	return use.open(ctx, enc)
 }
 
+// openDiverted opens a stream to collect a response the origin diverted to the TCP
+// tunnel (proxy.Diverter): over TCP, or over UDP while no TCP connection is up (the
+// origin holds the response for whichever comes).
+func (p *fallbackPeer) openDiverted(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, error) {
+	if p.tcp.Ready() {
+		return p.tcp.open(ctx, enc)
+	}
+	return p.udp.open(ctx, enc)
+}
+
 // note records which transport carries the traffic now.
 func (p *fallbackPeer) note(via string) {
 	p.mu.Lock()
@@ -149,6 +159,7 @@ func (g *gateway) startUDPPeer(ctx context.Context, p config.Peer, cs *codecs, e
 		}, enc),
 		SequencedWindow: cs.cfg.UDPWindow,
 		Redundancy:      udpRedundancy(p.RedundancyMode()),
+		Divert:          p.Fallback == config.TransportTCP,
 		TLS:             func() *tls.Config { return auth.TLSConfig(quictun.ALPN) },
 		Prove:           auth.ProveEdge,
 		ListenPacket:    func() (net.PacketConn, error) { return g.udpSocket("") },

@@ -86,12 +86,15 @@ var DefaultConfigs = []string{"direct", "nginx-pair", "soapgw/identity", "soapgw
 
 // soapgwPrefixes are the soapgw configuration families: the TCP tunnel, the UDP tunnel
 // without copies of small messages, with copies while packets are lost (the default),
-// and with copies always.
+// and with copies always; and the UDP tunnel (copies auto) with a TCP tunnel beside it
+// (fallback tcp: large responses go over TCP while the UDP path loses packets).
 var soapgwPrefixes = []struct {
 	prefix     string
 	transport  string
 	redundancy string // edge.peers[].redundancy
-}{{"soapgw/", "", ""}, {"soapgw-udp/", "udp", "off"}, {"soapgw-udp-auto/", "udp", "auto"}, {"soapgw-udp-redundant/", "udp", "on"}}
+	fallback   string // edge.peers[].fallback
+}{{"soapgw/", "", "", ""}, {"soapgw-udp/", "udp", "off", ""}, {"soapgw-udp-auto/", "udp", "auto", ""}, {"soapgw-udp-redundant/", "udp", "on", ""},
+	{"soapgw-udp-tcp/", "udp", "auto", "tcp"}}
 
 // ConfigNames lists every configuration name ConfigByName knows: direct, nginx-pair,
 // then each soapgw family (TCP tunnel, UDP tunnel with redundancy off, auto, on) with each
@@ -121,12 +124,12 @@ func ConfigByName(name string) (Config, error) {
 		}
 		for _, k := range SoapgwCodecs {
 			if k == c {
-				return soapgwPair{codec: c, transport: f.transport, redundancy: f.redundancy}, nil
+				return soapgwPair{codec: c, transport: f.transport, redundancy: f.redundancy, fallback: f.fallback}, nil
 			}
 		}
 		return nil, fmt.Errorf("configuration %q: unknown codec %q (known: %s)", name, c, strings.Join(SoapgwCodecs, ", "))
 	}
-	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> (TCP tunnel), soapgw-udp/<codec> (UDP tunnel, redundancy off), soapgw-udp-auto/<codec> (redundancy auto), soapgw-udp-redundant/<codec> (redundancy on), with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
+	return nil, fmt.Errorf("unknown configuration %q (known: direct, nginx-pair, soapgw/<codec> (TCP tunnel), soapgw-udp/<codec> (UDP tunnel, redundancy off), soapgw-udp-auto/<codec> (redundancy auto), soapgw-udp-redundant/<codec> (redundancy on), soapgw-udp-tcp/<codec> (redundancy auto, fallback tcp), with codec one of %s)", name, strings.Join(SoapgwCodecs, ", "))
 }
 
 // resolveConfig resolves a configuration name, "name" or "name@label", to the

@@ -25,12 +25,13 @@ type soapgwPair struct {
 	codec      string
 	transport  string // "" (tcp) or "udp"
 	redundancy string // with transport udp: edge.peers[].redundancy (off, auto, on)
+	fallback   string // with transport udp: edge.peers[].fallback ("" or tcp)
 }
 
 // Name is the configuration's family prefix (soapgwPrefixes) and codec.
 func (c soapgwPair) Name() string {
 	for _, f := range soapgwPrefixes {
-		if f.transport == c.transport && f.redundancy == c.redundancy {
+		if f.transport == c.transport && f.redundancy == c.redundancy && f.fallback == c.fallback {
 			return f.prefix + c.codec
 		}
 	}
@@ -48,6 +49,9 @@ func (c soapgwPair) Describe() string {
 	case "auto":
 		d += ", small messages sent twice while packets are lost (redundancy auto)"
 	}
+	if c.fallback == "tcp" {
+		d += ", a TCP tunnel beside it (fallback tcp: large responses over TCP while UDP packets are lost)"
+	}
 	return d
 }
 
@@ -56,6 +60,7 @@ type SoapgwParams struct {
 	Codec        string
 	Transport    string // "" leaves the edge peer's default (tcp)
 	Redundancy   string // edge.peers[].redundancy; "" leaves the default
+	Fallback     string // edge.peers[].fallback; "" leaves the default (none)
 	EdgeListen   string
 	EdgeAdmin    string
 	TunnelListen string
@@ -102,6 +107,9 @@ edge:
 {{- end}}
 {{- if .Redundancy}}
       redundancy: {{.Redundancy}}
+{{- end}}
+{{- if .Fallback}}
+      fallback: {{.Fallback}}
 {{- end}}
 {{- if .KeyFile}}
       auth: {key_file: {{.KeyFile}}}
@@ -181,6 +189,7 @@ func (c soapgwPair) Start(ctx context.Context, env *Env) (_ *Started, err error)
 		Codec:        c.codec,
 		Transport:    c.transport,
 		Redundancy:   c.redundancy,
+		Fallback:     c.fallback,
 		EdgeListen:   hostPort(env.Client.Addr(), ports[0]),
 		EdgeAdmin:    hostPort(env.Client.Addr(), ports[1]),
 		TunnelListen: hostPort(env.Server.Addr(), ports[2]),

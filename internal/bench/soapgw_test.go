@@ -48,6 +48,14 @@ func TestSoapgwConfigs(t *testing.T) {
 	peer = e["edge"].(map[string]any)["peers"].([]any)[0].(map[string]any)
 	require.Equal(t, "udp", peer["transport"])
 	require.Equal(t, "on", peer["redundancy"])
+	require.NotContains(t, peer, "fallback")
+
+	p.Redundancy, p.Fallback = "auto", "tcp"
+	edge, _, err = SoapgwConfigs(p)
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(edge, &e))
+	peer = e["edge"].(map[string]any)["peers"].([]any)[0].(map[string]any)
+	require.Equal(t, "tcp", peer["fallback"])
 }
 
 func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
@@ -57,7 +65,7 @@ func TestSoapgwWithoutBinaryIsSkipped(t *testing.T) {
 
 func TestConfigByName(t *testing.T) {
 	for _, name := range append([]string{"direct", "nginx-pair"}, "soapgw/identity", "soapgw/zstd-stream", "soapgw/auto",
-		"soapgw-udp/token", "soapgw-udp-auto/token", "soapgw-udp-redundant/auto") {
+		"soapgw-udp/token", "soapgw-udp-auto/token", "soapgw-udp-redundant/auto", "soapgw-udp-tcp/auto") {
 		c, err := ConfigByName(name)
 		require.NoError(t, err)
 		require.Equal(t, name, c.Name())
@@ -68,7 +76,7 @@ func TestConfigByName(t *testing.T) {
 		require.NoError(t, err)
 	}
 	names := ConfigNames()
-	require.Len(t, names, 2+4*len(SoapgwCodecs))
+	require.Len(t, names, 2+5*len(SoapgwCodecs))
 	for _, name := range names {
 		c, err := ConfigByName(name)
 		require.NoError(t, err, name)

@@ -365,7 +365,10 @@ type Peer struct {
 	// while UDP does not get through (networks that drop UDP): "tcp" keeps
 	// a TCP tunnel to the same address up beside the UDP one and uses it
 	// while no UDP connection is up; UDP is retried all along and takes
-	// over again when it connects. Default: "" (none).
+	// over again when it connects. With it the origin also sends large
+	// responses (64 KiB or more) over TCP while the UDP path loses packets:
+	// QUIC's congestion control crawls under random loss where TCP's does
+	// not. Default: "" (none).
 	Fallback string `yaml:"fallback,omitempty"`
 	// Redundancy, with transport udp, says when every message that fits one
 	// packet is sent twice: on its QUIC stream and, a few milliseconds later,
