@@ -12,24 +12,35 @@ import (
 )
 
 // TestUDPDivertLarge: an origin's stream says to divert a large response to the edge's
-// TCP tunnel (Stream.DivertLarge) only when the edge announced one in its HELLO and the
-// origin's packets are being lost; quic-go's own loss count tells it within the first
-// large responses, before the peer's reports have their evidence.
+// TCP tunnel (Stream.DivertLarge) only when the edge announced one in its HELLO, and then
+// while this side's packets are lost (by the peer's reports, or by quic-go's own count,
+// which the first large responses feed at once) or before the reports have their
+// evidence (a new connection); never once the reports say the path is clean and quic-go
+// lost nothing.
 func TestUDPDivertLarge(t *testing.T) {
+	const (
+		unknown = iota // no reports yet
+		clean          // reports: nothing lost
+		lossy          // reports: 2 % lost
+	)
 	for _, tc := range []struct {
-		name         string
-		divert, lose bool
-		want         bool
+		name    string
+		divert  bool
+		reports int
+		drop    bool // the origin's socket drops 4 % of its packets
+		want    bool
 	}{
-		{"announced, lossy", true, true, true},
-		{"announced, clean", true, false, false},
-		{"not announced, lossy", false, true, false},
+		{"not announced", false, lossy, true, false},
+		{"new connection", true, unknown, false, true},
+		{"reports clean", true, clean, false, false},
+		{"reports lossy", true, lossy, false, true},
+		{"reports clean, quic-go counts losses", true, clean, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPair(t, pairOptions{divert: tc.divert, originFilter: true})
-			if tc.lose {
+			if tc.drop {
 				var n atomic.Int64
-				p.originSock.setDrop(func([]byte) bool { return n.Add(1)%25 == 0 }) // 4 % of the origin's packets
+				p.originSock.setDrop(func([]byte) bool { return n.Add(1)%25 == 0 })
 			}
 			large := bytes.Repeat([]byte("0123456789abcdef"), 200<<10/16)
 			var last atomic.Bool
@@ -44,20 +55,48 @@ func TestUDPDivertLarge(t *testing.T) {
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			for range 4 {
+			call := func() {
 				resp, err := p.call(ctx, []byte("<get/>"))
 				require.NoError(t, err)
 				require.True(t, bytes.Equal(large, resp))
 			}
+			call()
+			if tc.reports == unknown {
+				// The one call's request carried at most the edge's first report (a
+				// baseline; evidence needs a second, a second later).
+				require.Equal(t, tc.want, last.Load())
+				return
+			}
+			// The peer's reports, as if a second's worth had come (counts far above the
+			// real ones, so the edge's own reports, lower, are ignored as going back).
+			p.srv.mu.Lock()
+			for c := range p.srv.conns {
+				now := time.Now()
+				c.loss.mu.Lock() // forget what the edge's own reports said so far
+				c.loss.have, c.loss.sentEW, c.loss.lostEW = false, 0, 0
+				c.loss.mu.Unlock()
+				switch tc.reports {
+				case clean:
+					c.loss.report(now, 1e6, 1e6)
+					c.loss.report(now.Add(time.Second), 1e6+1000, 1e6+1000)
+				case lossy:
+					c.loss.report(now, 1e6, 1e6)
+					c.loss.report(now.Add(time.Second), 1e6+1000, 1e6+980)
+				}
+			}
+			p.srv.mu.Unlock()
+			for range 3 {
+				call()
+			}
 			want := tc.want
-			if tc.name == "announced, clean" {
+			if tc.name == "reports clean" {
 				// Loopback under load (-race, a busy CI host) can drop bursts in the
 				// edge's socket buffer: then the path is lossy after all, and diverting
-				// is right. What must hold is that a path with nothing lost never diverts.
+				// is right. What must hold is that nothing lost means no diversion.
 				p.srv.mu.Lock()
 				for c := range p.srv.conns {
-					if s := c.qc.ConnectionStats(); s.PacketsLost > 0 {
-						want = c.lossy()
+					if s := c.qc.ConnectionStats(); s.PacketsLost*200 >= s.PacketsSent {
+						want = true
 						t.Logf("the clean path lost %d of %d packets", s.PacketsLost, s.PacketsSent)
 					}
 				}

@@ -76,6 +76,7 @@ type lossMeter struct {
 	onSince  time.Time // copies went on (zero: off)
 	ratio    atomic.Uint64
 	copying  atomic.Bool
+	evidence atomic.Bool // the ratio rests on lossEvidence packets or more
 }
 
 // report records the peer's count of received packets, with ours of sent ones now, and
@@ -100,6 +101,7 @@ func (m *lossMeter) report(now time.Time, sent, received uint64) (switched bool)
 	if m.sentEW < lossEvidence {
 		return false
 	}
+	m.evidence.Store(true)
 	ratio := min(max(m.lostEW/m.sentEW, 0), 1)
 	m.ratio.Store(math.Float64bits(ratio))
 	switch on := m.copying.Load(); {
@@ -135,16 +137,19 @@ func (c *conn) onReceivedReport(received uint64) {
 }
 
 // lossyMinPackets is the packets quic-go must have sent before its own loss count says
-// anything about the path (lossy).
+// anything about the path (bulkAtRisk).
 const lossyMinPackets = 100
 
-// lossy reports whether this side's packets are being lost at the rate that turns copies
-// on: by the peer's reports (lossMeter, which also sees lone one-packet losses), or by
-// quic-go's own count over the connection, which bulk transfers feed within a few round
-// trips, long before the reports have their evidence (two reports at least, a second
-// apart).
-func (c *conn) lossy() bool {
-	if c.loss.lossRatio() >= copiesOnLoss {
+// bulkAtRisk reports whether a bulk transfer on this connection would run into loss:
+// this side's packets are being lost at the rate that turns copies on, by the peer's
+// reports (lossMeter, which also sees lone one-packet losses) or by quic-go's own count
+// over the connection (which bulk transfers feed within a few round trips); or the
+// reports do not have their evidence yet (a new connection: the first second and 300
+// packets). Assuming the worst until then keeps the first large responses of a lossy
+// path off UDP, where a burst of them would crawl for seconds (16 clients at once on
+// routed-wlan: p99 1.9 s); on a clean path it costs those few a round trip more.
+func (c *conn) bulkAtRisk() bool {
+	if !c.loss.evidence.Load() || c.loss.lossRatio() >= copiesOnLoss {
 		return true
 	}
 	s := c.qc.ConnectionStats()
