@@ -84,17 +84,20 @@ func TestClientHalfCloseKeepsExchange(t *testing.T) {
 
 // TestWatchClientDelayed: an exchange that ends before the watch delay never starts the
 // watch (no goroutine, no system call, the read deadline untouched); one that waits
-// longer is watched, and a reset then cancels it.
+// longer is watched (the clock's alarm), and a reset then cancels it.
 func TestWatchClientDelayed(t *testing.T) {
 	client, server := testutil.TCPPair(t)
 	cc := &clientConn{Conn: server}
 	rd := time.Now().Add(time.Hour)
 	require.NoError(t, cc.SetReadDeadline(rd))
+	clock := startProgressClock(time.Hour, time.Time{})
+	defer clock.stop()
 
 	var cause error
-	stop := watchClient(cc, rd, time.Hour, func(err error) { cause = err })
+	var w clientWatch
+	w.begin(cc, clock, rd, time.Hour, func(err error) { cause = err })
 	before := runtime.NumGoroutine()
-	stop()
+	w.end()
 	require.NoError(t, cause)
 	require.LessOrEqual(t, runtime.NumGoroutine(), before, "nothing was started")
 	_, err := client.Write([]byte("x"))
@@ -104,8 +107,9 @@ func TestWatchClientDelayed(t *testing.T) {
 	require.NoError(t, err, "the read deadline is the exchange's, not a stop's")
 
 	gone := make(chan error, 1)
-	stop = watchClient(cc, rd, time.Millisecond, func(err error) { gone <- err })
-	defer stop()
+	var w2 clientWatch
+	w2.begin(cc, clock, rd, time.Millisecond, func(err error) { gone <- err })
+	defer w2.end()
 	require.NoError(t, client.(*net.TCPConn).SetLinger(0))
 	require.NoError(t, client.Close()) // RST
 	select {

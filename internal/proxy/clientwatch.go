@@ -11,12 +11,12 @@ import (
 // connection while the exchange waited for the origin.
 var errClientGone = errors.New("the client reset its connection while waiting for the response")
 
-// watchClient watches the client's connection while the exchange waits for the origin,
-// after the whole request was read from it: when the client resets the connection (it gave
-// up: a timeout, a killed process), cancel is called with errClientGone, which resets the
-// tunnel stream; the origin then closes its upstream connection and frees the exchange.
-// Without it a call whose client is long gone would hold its slots here, at the origin and
-// at the upstream until the exchange deadline, which is long by default
+// clientWatch watches the client's connection while the exchange waits for the origin,
+// after the whole request was read from it: when the client resets the connection (it
+// gave up: a timeout, a killed process), cancel is called with errClientGone, which
+// resets the tunnel stream; the origin then closes its upstream connection and frees the
+// exchange. Without it a call whose client is long gone would hold its slots here, at the
+// origin and at the upstream until the exchange deadline, which is long by default
 // (DefaultExchangeTimeout).
 //
 // Only a reset counts. A FIN is a half-close, which HTTP allows: a client may shut down
@@ -27,75 +27,90 @@ var errClientGone = errors.New("the client reset its connection while waiting fo
 // The watch only peeks (MSG_PEEK): nothing is consumed. It starts after delay: most
 // exchanges end within milliseconds, and a watch costs a goroutine, two wake-ups and
 // three system calls, a fifth of the edge's work per exchange on a fast link; a client
-// that gives up sooner holds its slots at most delay longer. stop ends it (waiting for
-// its goroutine and restoring the read deadline rd that the exchange had set), or
-// cancels it before it started. Where the connection is not a socket (or not on unix),
-// nothing is watched.
-func watchClient(cc *clientConn, rd time.Time, delay time.Duration, cancel context.CancelCauseFunc) (stop func()) {
+// that gives up sooner holds its slots at most delay longer. The delay is an alarm of the
+// exchange's progress clock, so an exchange that ends before it costs no timer of its own
+// and no allocation (the watch lives in the exchange). Where the connection is not a
+// socket (or not on unix), nothing is watched.
+type clientWatch struct {
+	cc     *clientConn
+	rd     time.Time // the read deadline the exchange had set, restored by end
+	cancel context.CancelCauseFunc
+	clock  *progressClock
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	done    chan struct{} // closed when the watching goroutine returns
+}
+
+// begin watches cc from delay on (at once when delay <= 0).
+func (w *clientWatch) begin(cc *clientConn, clock *progressClock, rd time.Time, delay time.Duration, cancel context.CancelCauseFunc) {
+	w.cc, w.clock, w.rd, w.cancel = cc, clock, rd, cancel
 	if cc.pending {
-		return func() {} // a byte of a pipelined request is already in hand
+		return // a byte of a pipelined request is already in hand
 	}
-	wait := resetWaiter(cc.Conn)
-	if wait == nil {
-		return func() {}
-	}
-	var (
-		mu               sync.Mutex
-		started, stopped bool
-		done             = make(chan struct{})
-	)
-	watch := func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		started = true
-		mu.Unlock()
-		defer close(done)
-		if wait() {
-			cancel(errClientGone)
-		}
-	}
-	var t *time.Timer
 	if delay <= 0 {
-		go watch()
-	} else {
-		t = time.AfterFunc(delay, watch)
+		w.ring()
+		return
 	}
-	return func() {
-		if t != nil && t.Stop() {
-			return // the exchange ended before the watch began
-		}
-		mu.Lock()
-		stopped = true
-		running := started
-		mu.Unlock()
-		if !running {
-			return
-		}
-		_ = cc.SetReadDeadline(time.Unix(1, 0)) // wakes the wait
-		<-done
-		_ = cc.SetReadDeadline(rd)
+	clock.setAlarm(delay, w)
+}
+
+// ring starts the watch, unless it was ended (the clock's alarm; it must not block).
+func (w *clientWatch) ring() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped || w.started {
+		return
 	}
+	wait := resetWaiter(w.cc.Conn)
+	if wait == nil {
+		return
+	}
+	w.started, w.done = true, make(chan struct{})
+	go func() {
+		defer close(w.done)
+		if wait() {
+			w.cancel(errClientGone)
+		}
+	}()
+}
+
+// end stops the watch: before it began (the alarm is cancelled), or by waking the wait
+// and waiting for its goroutine, then restoring the exchange's read deadline.
+func (w *clientWatch) end() {
+	if w.clock != nil {
+		w.clock.cancelAlarm(w)
+	}
+	w.mu.Lock()
+	w.stopped = true
+	running := w.started
+	w.mu.Unlock()
+	if !running {
+		return
+	}
+	_ = w.cc.SetReadDeadline(time.Unix(1, 0)) // wakes the wait
+	<-w.done
+	_ = w.cc.SetReadDeadline(w.rd)
 }
 
 // clientWatchDelay is how long an exchange waits for the origin before its client is
 // watched (watchClient): far above an exchange on a LAN, far below any client timeout.
 const clientWatchDelay = 100 * time.Millisecond
 
-// startWatch starts watchClient for x once its request was read whole from the client.
+// startWatch starts x's clientWatch once its request was read whole from the client.
 func (x *exchange) startWatch() {
-	if x.abandon != nil && x.stopWatch == nil {
-		x.stopWatch = watchClient(x.cc, x.deadline, x.e.watchDelay, x.abandon)
+	if x.abandon != nil && !x.watching {
+		x.watching = true
+		x.watch.begin(x.cc, x.clock, x.deadline, x.e.watchDelay, x.abandon)
 	}
 }
 
-// endWatch stops the watch, if one runs.
+// endWatch stops the watch, if one was begun.
 func (x *exchange) endWatch() {
-	if x.stopWatch != nil {
-		x.stopWatch()
-		x.stopWatch = nil
+	if x.watching {
+		x.watch.end()
+		x.watching = false
 	}
 }
 

@@ -383,8 +383,9 @@ type exchange struct {
 	deadline time.Time      // hard bound: start + limits.exchange_max_duration
 	clock    *progressClock // ends the exchange when it stalls (limits.exchange_timeout)
 
-	abandon   context.CancelCauseFunc // ends the exchange's context (watchClient, clock)
-	stopWatch func()                  // set while watchClient runs
+	abandon  context.CancelCauseFunc // ends the exchange's context (clientWatch, clock)
+	watch    clientWatch             // the client's connection, while the exchange waits for the origin
+	watching bool                    // watch was begun
 }
 
 func (x *exchange) upstream() string {

@@ -41,7 +41,12 @@ type progressClock struct {
 	hookBuf [4]func() // hooks' first backing array: an exchange registers 2-4
 	expired bool
 	stopped bool
+	alarm   alarm // rings once at alarmAt (setAlarm); nil: none
+	alarmAt time.Time
 }
+
+// alarm is what setAlarm rings: it runs under the clock's lock and must not block.
+type alarm interface{ ring() }
 
 // errNoProgress is the cause of an exchange's context when its progress clock expired.
 var errNoProgress = errors.New("soapgw: exchange made no progress")
@@ -77,13 +82,23 @@ func (c *progressClock) check() {
 	if c.stopped || c.expired {
 		return
 	}
+	now := time.Now()
+	if c.alarm != nil && !now.Before(c.alarmAt) {
+		a := c.alarm
+		c.alarm = nil
+		a.ring()
+	}
 	if c.busy.Load() > 0 {
 		c.touch() // blocked writing into the tunnel: the peer gateway judges that (end still holds)
 	}
-	if d := c.wait(time.Now()); d > 0 {
-		c.timer.Reset(d) // touched since the timer was set
+	if d := c.wait(now); d > 0 {
+		if c.alarm != nil {
+			d = min(d, c.alarmAt.Sub(now))
+		}
+		c.timer.Reset(d) // touched since the timer was set, or the alarm is due first
 		return
 	}
+	c.alarm = nil
 	c.expired = true
 	for _, f := range c.hooks {
 		f()
@@ -105,6 +120,31 @@ func (c *progressClock) onExpire(f func()) {
 	c.hooks = append(c.hooks, f)
 }
 
+// setAlarm rings a once, d from now, on the clock's own timer (an exchange's delayed
+// client watch costs no timer of its own), unless cancelAlarm, stop or the clock's expiry
+// comes first. One alarm at a time: a second replaces the first.
+func (c *progressClock) setAlarm(d time.Duration, a alarm) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped || c.expired {
+		return
+	}
+	now := time.Now()
+	c.alarm, c.alarmAt = a, now.Add(d)
+	if d < c.wait(now) {
+		c.timer.Reset(d)
+	}
+}
+
+// cancelAlarm takes a back if it has not rung; afterwards it will not.
+func (c *progressClock) cancelAlarm(a alarm) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.alarm == a {
+		c.alarm = nil
+	}
+}
+
 // Expired reports whether the clock ran out (before stop).
 func (c *progressClock) Expired() bool {
 	c.mu.Lock()
@@ -118,6 +158,7 @@ func (c *progressClock) stop() {
 	defer c.mu.Unlock()
 	c.stopped = true
 	c.hooks = nil
+	c.alarm = nil
 	c.timer.Stop()
 }
 

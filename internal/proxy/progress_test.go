@@ -61,6 +61,63 @@ func TestProgressClockHardBound(t *testing.T) {
 	})
 }
 
+// ringAt records when an alarm rang, after the clock's start.
+type ringAt struct {
+	start time.Time
+	rang  chan time.Duration
+}
+
+func (r *ringAt) ring() { r.rang <- time.Since(r.start) }
+
+// The clock's alarm rings once on the clock's own timer, at its time, without touching
+// the stall; not once cancelled, stopped, or after the clock expired first.
+func TestProgressClockAlarm(t *testing.T) {
+	newAlarm := func() *ringAt { return &ringAt{start: time.Now(), rang: make(chan time.Duration, 1)} }
+	t.Run("rings", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c, expired := watchedClock(t, time.Second, time.Time{})
+			a := newAlarm()
+			c.setAlarm(100*time.Millisecond, a)
+			require.Equal(t, 100*time.Millisecond, <-a.rang)
+			synctest.Wait()
+			require.Empty(t, expired)
+			require.Equal(t, time.Second, <-expired, "the stall is counted as before")
+			require.Empty(t, a.rang, "rings once")
+		})
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c, expired := watchedClock(t, time.Second, time.Time{})
+			a := newAlarm()
+			c.setAlarm(100*time.Millisecond, a)
+			time.Sleep(50 * time.Millisecond)
+			c.cancelAlarm(a)
+			<-expired
+			require.Empty(t, a.rang)
+		})
+	})
+	t.Run("stopped", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := startProgressClock(time.Second, time.Time{})
+			a := newAlarm()
+			c.setAlarm(100*time.Millisecond, a)
+			c.stop()
+			time.Sleep(time.Minute)
+			require.Empty(t, a.rang)
+		})
+	})
+	t.Run("after expiry", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c, expired := watchedClock(t, time.Second, time.Time{})
+			a := newAlarm()
+			c.setAlarm(2*time.Second, a)
+			require.Equal(t, time.Second, <-expired)
+			time.Sleep(time.Minute)
+			require.Empty(t, a.rang, "the exchange is over")
+		})
+	})
+}
+
 func TestProgressClockStopped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := startProgressClock(time.Second, time.Time{})
