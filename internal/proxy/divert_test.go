@@ -109,3 +109,107 @@ func TestDivertLargeResponses(t *testing.T) {
 		})
 	}
 }
+
+// firstLossy says to divert only on the first stream the origin serves: afterwards the
+// calls arrive over "the other tunnel", which (like the TCP tunnel) never diverts.
+type firstLossy struct {
+	*tunnel.Stream
+	first bool
+}
+
+func (s firstLossy) DivertLarge() bool { return s.first }
+
+// TestDivertedOperationGoesOverTheOtherTunnel: once an operation's response was diverted,
+// the edge sends its next calls over the other tunnel at once (no diverted answer, no
+// resume: one round trip less); other operations stay on the exchange's own tunnel, and
+// a small response over the other tunnel ends the memory.
+func TestDivertedOperationGoesOverTheOtherTunnel(t *testing.T) {
+	large := bytes.Repeat([]byte("<row>0123456789abcdef</row>"), 10_000)
+	small := []byte("<ok/>")
+	var served atomic.Int32
+	body := func(r upstreamReq) []byte {
+		if r.req.Header.Get("X-Small") != "" {
+			return small
+		}
+		return large
+	}
+	up := newUpstream(t, func(_ int, r upstreamReq) ([]byte, bool) {
+		b := body(r)
+		return []byte("HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + string(b)), false
+	})
+	t.Cleanup(func() {
+		for range len(up.got) {
+			<-up.got
+		}
+	})
+	m := NewMetrics(prometheus.NewRegistry())
+	var d *divertingOpener
+	env := newEnv(t, envConfig{
+		Upstreams: []Upstream{{Name: "up", Address: up.addr(), PoolSize: 1}},
+		Metrics:   m,
+		OriginStream: func(st *tunnel.Stream) Stream {
+			return firstLossy{st, served.Add(1) == 1}
+		},
+		Opener: func(base Opener) Opener { d = &divertingOpener{Opener: base}; return d },
+	})
+	cl := env.dial()
+	call := func(op string, smallResp bool) {
+		t.Helper()
+		extra := ""
+		if smallResp {
+			extra = "X-Small: 1\r\n"
+		}
+		cl.send("POST /svc HTTP/1.1\r\nHost: svc.example\r\nContent-Type: text/xml\r\nSOAPAction: \"urn:" + op + "\"\r\n" + extra + "Content-Length: 4\r\n\r\n<x/>")
+		got, b := cl.read("POST")
+		require.Equal(t, 200, got.StatusCode)
+		want := large
+		if smallResp {
+			want = small
+		}
+		require.True(t, bytes.Equal(want, b))
+	}
+	call("GetDocument", false) // diverted, collected over the other tunnel
+	require.Equal(t, int32(1), d.diverted.Load())
+	require.Equal(t, float64(1), testutil.ToFloat64(m.diverted.WithLabelValues("up")))
+
+	call("GetDocument", false) // sent over the other tunnel at once
+	require.Equal(t, int32(2), d.diverted.Load())
+	require.Equal(t, float64(1), testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "diverted")), "no resume")
+
+	call("Add", false) // another operation: its own tunnel
+	require.Equal(t, int32(2), d.diverted.Load())
+
+	call("GetDocument", true) // over the other tunnel, but small: forgotten
+	require.Equal(t, int32(3), d.diverted.Load())
+	call("GetDocument", false)
+	require.Equal(t, int32(3), d.diverted.Load(), "back on its own tunnel")
+	require.Equal(t, float64(1), testutil.ToFloat64(m.diverted.WithLabelValues("up")))
+}
+
+// TestLargeResponsesMemory: the memory lasts largeResponseMemory after the last
+// diversion, per peer and operation, ignores calls without an operation, and is bounded.
+func TestLargeResponsesMemory(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := largeResponses{now: func() time.Time { return now }}
+	l.noteDiverted("p", "")
+	require.False(t, l.expected("p", ""))
+	l.noteDiverted("p", "Get")
+	require.True(t, l.expected("p", "Get"))
+	require.False(t, l.expected("q", "Get"))
+	require.False(t, l.expected("p", "Put"))
+	now = now.Add(largeResponseMemory)
+	require.True(t, l.expected("p", "Get"))
+	now = now.Add(time.Second)
+	require.False(t, l.expected("p", "Get"), "expired")
+	l.noteDiverted("p", "Get")
+	l.forget("p", "Get")
+	require.False(t, l.expected("p", "Get"))
+	for i := range maxLargeOps + 10 {
+		l.noteDiverted("p", strconv.Itoa(i))
+	}
+	require.Len(t, l.ops, maxLargeOps)
+	now = now.Add(2 * largeResponseMemory)
+	l.noteDiverted("p", "new")
+	require.True(t, l.expected("p", "new"), "expired entries make room")
+	require.Len(t, l.ops, 1)
+}

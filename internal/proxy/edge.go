@@ -48,6 +48,8 @@ type Edge struct {
 
 	fwd *forwarder // delivers one-way messages from the spool; nil when off
 
+	large largeResponses // operations whose responses were diverted lately (divert.go)
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*clientConn]struct{}
@@ -114,6 +116,7 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 		listeners:  map[net.Listener]struct{}{},
 		conns:      map[*clientConn]struct{}{},
 		watchDelay: clientWatchDelay,
+		large:      largeResponses{now: time.Now},
 	}
 	e.routes.Store(&cfg.Routes)
 	e.cur.Store(&lim)
@@ -593,13 +596,14 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 	if x.route.Opener != nil {
 		opener = x.route.Opener
 	}
+	open, other := e.exchangeOpener(x, opener)
 	var lastErr error
 	if replayable {
 		x.startWatch() // the request is read whole
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		var err error
-		st, err = opener.OpenStream(ctx)
+		st, err = open.OpenStream(ctx)
 		if err != nil {
 			if x.clientWentAway(ctx) {
 				return nil, nil, nil, nil, false
@@ -656,6 +660,13 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			var head []byte
 			if head, err = readHead(sbr, e.limits().MaxHeaderBytes+4096); err == nil {
 				resp, gwErr, err = envelope.ParseResponse(head)
+				switch {
+				case err != nil:
+				case gwErr != nil && gwErr.Cause == responseDiverted:
+					e.large.noteDiverted(peer, x.op)
+				case other && resp.ContentLength >= 0 && resp.ContentLength < divertMinBytes:
+					e.large.forget(peer, x.op) // sent over the other tunnel for nothing
+				}
 				if err == nil && gwErr != nil && gwErr.Cause == responseDiverted {
 					// The response comes over the other tunnel (resumer.divert).
 					if err = rs.divert(opener); err == nil {
