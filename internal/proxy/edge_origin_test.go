@@ -1,15 +1,12 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/soapgw/soapgw/internal/httpwire"
 	"github.com/soapgw/soapgw/internal/tunnel"
 	"github.com/soapgw/soapgw/internal/tunnel/frame"
 )
@@ -754,36 +750,10 @@ func envFirstStream(t *testing.T, up *fakeUpstream, m *Metrics, calls *atomic.In
 // (aliveProbe) and dials a new one, so every call succeeds.
 func TestOriginSkipsPooledConnectionsTheServerClosed(t *testing.T) {
 	const body = "<r>ok</r>"
-	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var conns atomic.Int32
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			wg.Add(1)
-			go func() { // one request, then the connection idles out
-				defer wg.Done()
-				defer c.Close()
-				req, err := httpwire.ReadRequest(bufio.NewReader(c), httpwire.Limits{})
-				if err != nil {
-					return
-				}
-				_, _ = io.Copy(io.Discard, req.Body)
-				_, _ = c.Write([]byte(resp))
-				time.Sleep(50 * time.Millisecond)
-			}()
-		}
-	}()
-	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: ln.Addr().String(), PoolSize: 2, IdleTimeout: time.Minute}}})
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/xml; charset=utf-8\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	up := newUpstream(t, okResponse(body))
+	up.idle.Store(int64(50 * time.Millisecond))
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: up.addr(), PoolSize: 2, IdleTimeout: time.Minute}}})
 	pool := (*env.origin.pools.Load())["up"]
 	cl := env.dial()
 	for i := range 3 {
@@ -797,5 +767,5 @@ func TestOriginSkipsPooledConnectionsTheServerClosed(t *testing.T) {
 		}, testDeadline, time.Millisecond)
 		time.Sleep(100 * time.Millisecond)
 	}
-	require.Equal(t, int32(3), conns.Load(), "a closed pooled connection is never reused")
+	require.Equal(t, 3, up.numConns(), "a closed pooled connection is never reused")
 }

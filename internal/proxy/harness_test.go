@@ -43,6 +43,9 @@ type fakeUpstream struct {
 	ln      net.Listener
 	respond respondFunc
 	got     chan upstreamReq // every request, as it arrives (before it is answered)
+	// idle, when set, closes a connection that waits that long for its next request (a
+	// server's keep-alive idle timeout).
+	idle atomic.Int64 // time.Duration
 
 	mu    sync.Mutex
 	reqs  []upstreamReq
@@ -121,7 +124,10 @@ func (u *fakeUpstream) serve(c net.Conn, idx int) {
 	_ = c.SetDeadline(time.Now().Add(2 * testDeadline))
 	rec := &recReader{r: c}
 	br := bufio.NewReader(rec)
-	for {
+	for first := true; ; first = false {
+		if idle := time.Duration(u.idle.Load()); idle > 0 && !first {
+			_ = c.SetReadDeadline(time.Now().Add(idle))
+		}
 		start := len(rec.buf) - br.Buffered()
 		req, err := httpwire.ReadRequest(br, httpwire.Limits{})
 		if err != nil {
