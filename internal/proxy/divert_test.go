@@ -134,6 +134,9 @@ func TestDivertedOperationGoesOverTheOtherTunnel(t *testing.T) {
 		return large
 	}
 	up := newUpstream(t, func(_ int, r upstreamReq) ([]byte, bool) {
+		if r.req.Header.Get("X-Garbage") != "" {
+			return []byte("SOAP/9 what\r\n\r\n"), true
+		}
 		b := body(r)
 		return []byte("HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: " + strconv.Itoa(len(b)) + "\r\n\r\n" + string(b)), false
 	})
@@ -176,13 +179,21 @@ func TestDivertedOperationGoesOverTheOtherTunnel(t *testing.T) {
 	require.Equal(t, int32(2), d.diverted.Load())
 	require.Equal(t, float64(1), testutil.ToFloat64(m.held.resumes.WithLabelValues("edge", "diverted")), "no resume")
 
+	// A gateway error over the other tunnel (the server answered garbage) is the
+	// client's fault response, and the memory stays.
+	cl.send("POST /svc HTTP/1.1\r\nHost: svc.example\r\nContent-Type: text/xml\r\nSOAPAction: \"urn:GetDocument\"\r\nX-Garbage: 1\r\nContent-Length: 4\r\n\r\n<x/>")
+	got, _ := cl.read("POST")
+	require.Equal(t, 500, got.StatusCode, "a gateway Fault")
+	require.Equal(t, int32(3), d.diverted.Load())
+	cl = env.dial() // the gateway error closed the connection
+
 	call("Add", false) // another operation: its own tunnel
-	require.Equal(t, int32(2), d.diverted.Load())
+	require.Equal(t, int32(3), d.diverted.Load())
 
 	call("GetDocument", true) // over the other tunnel, but small: forgotten
-	require.Equal(t, int32(3), d.diverted.Load())
+	require.Equal(t, int32(4), d.diverted.Load())
 	call("GetDocument", false)
-	require.Equal(t, int32(3), d.diverted.Load(), "back on its own tunnel")
+	require.Equal(t, int32(4), d.diverted.Load(), "back on its own tunnel")
 	require.Equal(t, float64(1), testutil.ToFloat64(m.diverted.WithLabelValues("up")))
 }
 

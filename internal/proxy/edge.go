@@ -657,28 +657,27 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			st, err = rs, nil
 			sbr = readerPool.Get().(*bufio.Reader)
 			sbr.Reset(st)
+			maxHead := e.limits().MaxHeaderBytes + 4096
 			var head []byte
-			if head, err = readHead(sbr, e.limits().MaxHeaderBytes+4096); err == nil {
+			if head, err = readHead(sbr, maxHead); err == nil {
 				resp, gwErr, err = envelope.ParseResponse(head)
-				switch {
-				case err != nil:
-				case gwErr != nil && gwErr.Cause == responseDiverted:
-					e.large.noteDiverted(peer, x.op)
-				case other && resp.ContentLength >= 0 && resp.ContentLength < divertMinBytes:
-					e.large.forget(peer, x.op) // sent over the other tunnel for nothing
-				}
-				if err == nil && gwErr != nil && gwErr.Cause == responseDiverted {
-					// The response comes over the other tunnel (resumer.divert).
-					if err = rs.divert(opener); err == nil {
-						sbr.Reset(rs)
-						if head, err = readHead(sbr, e.limits().MaxHeaderBytes+4096); err == nil {
-							resp, gwErr, err = envelope.ParseResponse(head)
-						}
+			}
+			switch {
+			case err == nil && gwErr != nil && gwErr.Cause == responseDiverted:
+				// The response comes over the other tunnel (resumer.divert), and the
+				// operation's next calls go there at once (divert.go).
+				e.large.noteDiverted(peer, x.op)
+				if err = rs.divert(opener); err == nil {
+					sbr.Reset(rs)
+					if head, err = readHead(sbr, maxHead); err == nil {
+						resp, gwErr, err = envelope.ParseResponse(head)
 					}
 				}
-				if err == nil {
-					return st, sbr, resp, gwErr, true
-				}
+			case err == nil && gwErr == nil && other && resp.ContentLength >= 0 && resp.ContentLength < divertMinBytes:
+				e.large.forget(peer, x.op) // sent over the other tunnel for nothing
+			}
+			if err == nil {
+				return st, sbr, resp, gwErr, true
 			}
 			sbr.Reset(nil)
 			readerPool.Put(sbr)
