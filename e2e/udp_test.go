@@ -407,7 +407,19 @@ func TestUDPBlockedFallsBackToTCP(t *testing.T) {
 	}
 	before := metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent")
 	require.Zero(t, udpCalls(t, a.Edge, traffic, 100, 10, nil))
-	require.Equal(t, before+10, metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent"), "the calls went over UDP again")
+	// Every call of a small response goes over UDP again; one of 64 KiB or more may go
+	// over TCP (the origin diverts it there on a UDP connection too new to know its loss,
+	// and the edge sends its operation's next calls there at once: operations.md
+	// "Fallback to TCP").
+	small := 0
+	for i := 100; i < 110; i++ {
+		if len(traffic[i%len(traffic)].resp) < 64<<10 {
+			small++
+		}
+	}
+	sent := metricSum(t, edge.admin, "soapgw_udp_codec_messages_total", "direction=sent") - before
+	require.GreaterOrEqual(t, sent, float64(small), "the calls went over UDP again")
+	require.LessOrEqual(t, sent, 10.0)
 	require.GreaterOrEqual(t, metricSum(t, edge.admin, "soapgw_tunnel_transport_switches_total", "to=udp"), 1.0)
 }
 
