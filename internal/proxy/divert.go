@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"sync"
 	"time"
 )
@@ -80,7 +79,7 @@ func (l *largeResponses) forget(peer, op string) {
 // operation had its responses diverted lately (largeResponses), else its own.
 func (e *Edge) exchangeOpener(x *exchange, opener Opener) (_ Opener, other bool) {
 	if d, ok := opener.(Diverter); ok && e.large.expected(x.route.Peer, x.op) {
-		return OpenerFunc(func(ctx context.Context) (Stream, error) { return d.OpenDiverted(ctx) }), true
+		return OpenerFunc(d.OpenDiverted), true
 	}
 	return opener, false
 }
