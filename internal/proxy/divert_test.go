@@ -40,18 +40,21 @@ func (d *divertingOpener) OpenDiverted(ctx context.Context) (Stream, error) {
 // client gets it byte for byte either way; small and chunked responses stay on the
 // stream; without a Diverter the edge collects on its own opener.
 func TestDivertLargeResponses(t *testing.T) {
-	large := bytes.Repeat([]byte("<row>0123456789abcdef</row>"), 10_000) // 270 KB
+	large := bytes.Repeat([]byte("<row>0123456789abcdef</row>"), 4_000) // 108 KB: within the stream window, so coded
 	cases := []struct {
 		name        string
 		body        []byte
 		chunked     bool
 		diverter    bool
+		coded       bool // the tunnel codes (and acknowledges) messages
 		wantDiverts int
+		wantHeld    int // copies held once the acknowledgements are in
 	}{
-		{"large", large, false, true, 1},
-		{"large without a diverter", large, false, false, 1},
-		{"small", large[:divertMinBytes-1], false, true, 0},
-		{"chunked", large, true, true, 0},
+		{"large", large, false, true, false, 1, 1},
+		{"large, coded: the collected copy is forgotten", large, false, true, true, 1, 0},
+		{"large without a diverter", large, false, false, false, 1, 1},
+		{"small", large[:divertMinBytes-1], false, true, false, 0, 1},
+		{"chunked", large, true, true, false, 0, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,9 +66,14 @@ func TestDivertLargeResponses(t *testing.T) {
 			up := newUpstream(t, func(int, upstreamReq) ([]byte, bool) { return []byte(resp), false })
 			m := NewMetrics(prometheus.NewRegistry())
 			var d *divertingOpener
+			var tun func(bool, *tunnel.Config)
+			if tc.coded {
+				tun = copyCodecTunnel
+			}
 			env := newEnv(t, envConfig{
 				Upstreams:    []Upstream{{Name: "up", Address: up.addr(), PoolSize: 1}},
 				Metrics:      m,
+				Tunnel:       tun,
 				OriginStream: func(st *tunnel.Stream) Stream { return lossyUDPStream{st} },
 				Opener: func(base Opener) Opener {
 					if !tc.diverter {
@@ -104,8 +112,9 @@ func TestDivertLargeResponses(t *testing.T) {
 						return false
 					}
 				}
-				return sum == s.bytes
+				return sum == s.bytes && len(s.byID) == tc.wantHeld
 			}, testDeadline, time.Millisecond)
+			require.Equal(t, float64(tc.wantDiverts), testutil.ToFloat64(m.held.resumes.WithLabelValues("origin", "diverted")))
 		})
 	}
 }

@@ -197,6 +197,7 @@ type heldExchange struct {
 	accounted  int64 // bytes counted in s.bytes for it
 	prepaid    int64 // of accounted, reserved ahead of the writes (prepay) and not written yet
 	lost       bool  // the copy was dropped: not resumable
+	diverted   bool  // its response goes to the edge's other tunnel (Origin.divert)
 	done       bool  // the response (or an error head) is complete
 	notRun     bool  // ended without the upstream getting the whole request: not executed
 	attached   Stream
@@ -466,6 +467,31 @@ func (h *heldExchange) prepay(n int64) bool {
 	return true
 }
 
+// markDiverted records that h's response is collected by a resume over the edge's other
+// tunnel (Origin.divert), not read from its own stream.
+func (h *heldExchange) markDiverted() {
+	h.mu.Lock()
+	h.diverted = true
+	h.mu.Unlock()
+}
+
+// isDiverted reports markDiverted.
+func (h *heldExchange) isDiverted() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.diverted
+}
+
+// collected forgets a diverted response once the edge acknowledged decoding the resume
+// answer that carried it (the resume that collects it by design keeps no window: the
+// edge has it whole, as delivered says for responses read from their own stream).
+func (h *heldExchange) collected() {
+	h.s.mu.Lock()
+	h.touched = false
+	h.s.mu.Unlock()
+	h.delivered()
+}
+
 // unprepay gives back the prepaid bytes no write used.
 func (h *heldExchange) unprepay() {
 	h.mu.Lock()
@@ -631,6 +657,7 @@ func newHeldMetrics() *heldMetrics {
 	}
 	m.resumes.WithLabelValues("origin", "duplicate")
 	m.resumes.WithLabelValues("edge", "diverted")
+	m.resumes.WithLabelValues("origin", "diverted")
 	return m
 }
 

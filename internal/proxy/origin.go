@@ -256,6 +256,7 @@ func (o *Origin) divert(x *originExchange, resp *httpwire.Response) bool {
 		_ = w.Stream.CloseWrite()
 	} // else the stream failed: the edge resumes from the copy all the same
 	w.detached = true
+	w.h.markDiverted()
 	o.m.diverted.WithLabelValues(x.pool.up.Name).Inc()
 	return true
 }

@@ -313,6 +313,14 @@ func (o *Origin) serveResume(ctx context.Context, st Stream, head []byte) {
 		}
 		o.answerResume(st, 0, nil, &gatewayError{Status: 502, Cause: causeOutcomeUnknown,
 			Message: fmt.Sprintf("soapgw: origin %q cannot resume exchange %s: %s; the server may have executed the request", o.cfg.Node, res.ExchangeID, why)})
+	case h.isDiverted():
+		// The edge collects a response this origin sent its way (Origin.divert): the
+		// copy goes once the edge acknowledges decoding it (coded answers are).
+		o.held.m.resumes.WithLabelValues("origin", "diverted").Inc()
+		if ad, ok := st.(interface{ AfterDelivered(func()) }); ok {
+			ad.AfterDelivered(h.collected)
+		}
+		o.answerResume(st, res.Offset, tail, nil)
 	default:
 		o.held.m.resumes.WithLabelValues("origin", "ok").Inc()
 		o.log.Info("exchange resumed after its tunnel connection died", "exchange", res.ExchangeID, "offset", res.Offset, "bytes", len(tail))
