@@ -763,9 +763,8 @@ func TestOriginSkipsPooledConnectionsTheServerClosed(t *testing.T) {
 		require.Eventually(t, func() bool {
 			pool.mu.Lock()
 			defer pool.mu.Unlock()
-			return len(pool.idle) == 1
+			return len(pool.idle) == 1 && up.closed.Load() == int32(i+1)
 		}, testDeadline, time.Millisecond)
-		time.Sleep(100 * time.Millisecond)
 	}
 	require.Equal(t, 3, up.numConns(), "a closed pooled connection is never reused")
 }

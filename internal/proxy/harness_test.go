@@ -45,7 +45,8 @@ type fakeUpstream struct {
 	got     chan upstreamReq // every request, as it arrives (before it is answered)
 	// idle, when set, closes a connection that waits that long for its next request (a
 	// server's keep-alive idle timeout).
-	idle atomic.Int64 // time.Duration
+	idle   atomic.Int64 // time.Duration
+	closed atomic.Int32 // connections this side has closed
 
 	mu    sync.Mutex
 	reqs  []upstreamReq
@@ -102,6 +103,7 @@ func (u *fakeUpstream) accept() {
 		u.wg.Add(1)
 		go func() {
 			defer u.wg.Done()
+			defer u.closed.Add(1)
 			defer c.Close()
 			u.serve(c, idx)
 		}()

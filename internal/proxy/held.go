@@ -378,7 +378,15 @@ func (h *heldExchange) delivered() {
 	s := h.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.byID[h.id] != h || h.touched {
+	if !h.touched {
+		s.forgetDeliveredLocked(h)
+	}
+}
+
+// forgetDeliveredLocked forgets h, whose whole response the edge has (delivered,
+// collected), if the store still holds it.
+func (s *heldStore) forgetDeliveredLocked(h *heldExchange) {
+	if s.byID[h.id] != h {
 		return
 	}
 	delete(s.byID, h.id)
@@ -467,15 +475,8 @@ func (h *heldExchange) prepay(n int64) bool {
 	return true
 }
 
-// markDiverted records that h's response is collected by a resume over the edge's other
-// tunnel (Origin.divert), not read from its own stream.
-func (h *heldExchange) markDiverted() {
-	h.mu.Lock()
-	h.diverted = true
-	h.mu.Unlock()
-}
-
-// isDiverted reports markDiverted.
+// isDiverted reports whether h's response is collected by a resume over the edge's
+// other tunnel (heldStream.divert), not read from its own stream.
 func (h *heldExchange) isDiverted() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -487,9 +488,8 @@ func (h *heldExchange) isDiverted() bool {
 // edge has it whole, as delivered says for responses read from their own stream).
 func (h *heldExchange) collected() {
 	h.s.mu.Lock()
-	h.touched = false
-	h.s.mu.Unlock()
-	h.delivered()
+	defer h.s.mu.Unlock()
+	h.s.forgetDeliveredLocked(h)
 }
 
 // unprepay gives back the prepaid bytes no write used.
@@ -640,7 +640,7 @@ func newHeldMetrics() *heldMetrics {
 		}, []string{"reason"}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_resumes_total",
-			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once), diverted (at the edge: a large response the origin sent over the TCP tunnel beside a lossy UDP one, collected there).",
+			Help: "Exchanges collected after their tunnel connection died, by role and result: ok (the client got its real answer), not_held (the origin does not hold it: outcome unknown to the client), not_run (the request never reached the server whole: sent again, or not_delivered to the client), lost (held but its copy was dropped), duplicate (the same exchange id arrived twice and ran once), diverted (not a dead connection: a large response the origin sent over the TCP tunnel beside a lossy UDP one, collected there).",
 		}, []string{"role", "result"}),
 	}
 	for _, r := range []string{"expired", "evicted"} {
@@ -673,7 +673,26 @@ type heldStream struct {
 	Stream
 	h        *heldExchange
 	detached bool
+	diverted bool // divert ran: the copy alone carries the response
 	closed   bool // CloseWrite ran: the message is whole
+}
+
+// divert sends the response to the copy alone (Origin.divert), if the copy can hold size
+// bytes (paid for now, so the budget cannot drop it half-way): the stream itself gets
+// only answer, the head that tells the edge to collect the response elsewhere. It reports
+// false, changing nothing, when the copy cannot hold it.
+func (w *heldStream) divert(answer []byte, size int64) bool {
+	if !w.h.prepay(size) {
+		return false
+	}
+	if _, err := w.Stream.Write(answer); err == nil {
+		_ = w.Stream.CloseWrite()
+	} // else the stream failed: the edge resumes from the copy all the same
+	w.detached, w.diverted = true, true
+	w.h.mu.Lock()
+	w.h.diverted = true
+	w.h.mu.Unlock()
+	return true
 }
 
 // errHeldLost fails the writes of an exchange whose stream is gone and whose copy was
@@ -722,7 +741,9 @@ func (w *heldStream) CloseWrite() error {
 		return errHeldLost
 	}
 	w.closed = true
-	w.h.unprepay()
+	if w.diverted {
+		w.h.unprepay()
+	}
 	if w.detached {
 		w.h.complete() // the copy alone carries it
 	} else {

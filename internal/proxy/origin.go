@@ -246,17 +246,14 @@ func (o *Origin) divert(x *originExchange, resp *httpwire.Response) bool {
 	if w == nil || resp.Chunked || resp.ContentLength < divertMinBytes {
 		return false
 	}
-	d, ok := w.Stream.(interface{ DivertLarge() bool })
-	if !ok || !d.DivertLarge() || !w.h.prepay(resp.ContentLength+int64(o.limits().MaxHeaderBytes)+4096) {
+	if d, ok := w.Stream.(interface{ DivertLarge() bool }); !ok || !d.DivertLarge() {
 		return false
 	}
 	ge := &gatewayError{Status: 502, Cause: responseDiverted,
 		Message: fmt.Sprintf("soapgw: origin %q sends the response of exchange %s (%d bytes) over the TCP tunnel", o.cfg.Node, x.id(), resp.ContentLength)}
-	if _, err := w.Stream.Write(ge.Append(nil)); err == nil {
-		_ = w.Stream.CloseWrite()
-	} // else the stream failed: the edge resumes from the copy all the same
-	w.detached = true
-	w.h.markDiverted()
+	if !w.divert(ge.Append(nil), resp.ContentLength+int64(o.limits().MaxHeaderBytes)+4096) {
+		return false
+	}
 	o.m.diverted.WithLabelValues(x.pool.up.Name).Inc()
 	return true
 }

@@ -96,10 +96,10 @@ func (st *Stream) PeerInstance() string { return st.c.peer.Instance }
 // connection over the edge's TCP tunnel instead: the edge said in its HELLO that it keeps
 // one beside (PeerConfig.Divert), and this side's packets are being lost at the rate that
 // turns redundancy auto's copies on, or it is too early to tell (conn.bulkAtRisk). QUIC's
-// congestion control
-// (NewReno in quic-go, not replaceable) then holds a bulk transfer to about
-// MSS/RTT x 1.22/sqrt(loss): 1.1 MB/s at 1 % loss on a 14 ms path, where the kernel's TCP
-// with BBR keeps tens of MB/s; a small message gains nothing from moving and stays.
+// congestion control (NewReno in quic-go, not replaceable) then holds a bulk transfer to
+// about MSS/RTT x 1.22/sqrt(loss): 1.1 MB/s at 1 % loss on a 14 ms path, where the
+// kernel's TCP with BBR keeps tens of MB/s; a small message gains nothing from moving and
+// stays.
 func (st *Stream) DivertLarge() bool {
 	return st.c.peer.Divert == frame.DivertTCP && st.c.bulkAtRisk()
 }
