@@ -29,11 +29,22 @@ func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
 func main() {
+	// Before anything else runs: the gateway re-executes itself once with the runtime
+	// setting that keeps sysmon from costing CPU on every exchange (sysmon.go).
+	if runsGateway(os.Args[1:]) {
+		reexecWithQuietSysmon(os.Stderr)
+	}
 	// The first SIGINT/SIGTERM cancels ctx: the gateway stops accepting and drains. A
 	// second one kills the process at once (signal.NotifyContext restores the default).
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, stop))
+}
+
+// runsGateway reports whether args run a long-lived gateway (`soapgw run`).
+func runsGateway(args []string) bool {
+	c, _, err := newRootCommand(io.Discard, io.Discard, func() {}).Find(args)
+	return err == nil && c.Name() == "run"
 }
 
 // run executes the command line and returns the process exit code.

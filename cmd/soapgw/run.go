@@ -36,7 +36,7 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
+			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "sysmon", sysmonState, "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
 			// SIGHUP reloads the configuration file (credentials at once; other
 			// changes are named and wait for a restart). An invalid file is refused and
 			// the running configuration stays.
