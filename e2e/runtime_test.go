@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,17 +42,39 @@ func TestGatewayRunsWithQuietSysmon(t *testing.T) {
 		require.True(t, ok, "no GODEBUG in the environment of pid %d", g.cmd.Process.Pid)
 		require.Contains(t, strings.Split(godebug, ","), quietSysmon)
 		require.Contains(t, g.out.String(), "sysmon=quiet")
+		// The runtime's Ps follow the load (internal/procs): between one and the CPUs.
+		if runtime.NumCPU() > 1 {
+			require.Contains(t, g.out.String(), fmt.Sprintf(`procs="adaptive 1-%d"`, runtime.NumCPU()))
+		}
+		ps := gomaxprocs(t, g.admin)
+		require.True(t, ps >= 1 && ps <= runtime.NumCPU(), "go_sched_gomaxprocs_threads %d", ps)
 	}
 }
 
+// gomaxprocs reads the runtime's current GOMAXPROCS from a gateway's /metrics.
+func gomaxprocs(t *testing.T, admin string) int {
+	t.Helper()
+	code, m := httpGet("http://" + admin + "/metrics")
+	require.Equal(t, 200, code)
+	for _, line := range strings.Split(m, "\n") {
+		if v, ok := strings.CutPrefix(line, "go_sched_gomaxprocs_threads "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err)
+			return int(n)
+		}
+	}
+	t.Fatalf("no go_sched_gomaxprocs_threads in /metrics")
+	return 0
+}
+
 // An operator who sets schedtrace in GODEBUG keeps it: no re-execution, and the startup
-// log says the runtime's default is in use.
+// log says the runtime's default is in use. GOMAXPROCS set by the operator is kept too.
 func TestGatewayKeepsOperatorsSchedtrace(t *testing.T) {
 	world := frStartWorld(t)
 	a := newPairAddrs(t)
 	path := filepath.Join(t.TempDir(), "origin.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(originYAML(a, world.URL(), "")), 0o600))
-	p := startProcEnv(t, []string{"GODEBUG=gctrace=0,schedtrace=0"}, binary, "run", "--config", path)
+	p := startProcEnv(t, []string{"GODEBUG=gctrace=0,schedtrace=0", "GOMAXPROCS=2"}, binary, "run", "--config", path)
 	origin := &gateway{proc: p, admin: a.OriginAdmin}
 	origin.waitReady(t, 10*time.Second)
 	edge := startGateway(t, a.EdgeAdmin, edgeYAML(a, ""))
@@ -60,5 +84,7 @@ func TestGatewayKeepsOperatorsSchedtrace(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, "gctrace=0,schedtrace=0", godebug)
 	require.Contains(t, p.out.String(), `sysmon="runtime default (GODEBUG sets schedtrace)"`)
+	require.Contains(t, p.out.String(), `procs="GOMAXPROCS=2"`)
+	require.Equal(t, 2, gomaxprocs(t, a.OriginAdmin))
 	require.Contains(t, edge.out.String(), "sysmon=quiet")
 }
