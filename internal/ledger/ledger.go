@@ -23,8 +23,12 @@
 // The origin refuses to deliver an in-doubt id again unless told to (proxy's
 // RedeliverInDoubt), and the edge keeps the message as a dead letter for an operator.
 //
-// Layout: bucket "ids": message id → state (1 byte) | time (int64 unix ns) | status (uint16),
-// bucket "bytime": time (8 bytes) | id → empty, for pruning in age order.
+// Layout: bucket "ids": message id → state (1 byte) | time (int64 unix ns) | status (uint16)
+// | claimed (int64 unix ns), bucket "bytime": claimed (8 bytes) | id → empty, for pruning in
+// age order. The time index holds when an id was claimed, not its last change, so that
+// "sent" and "done", written on every delivery, change one key and not three. Records
+// written before the claim time was stored (11 bytes) were indexed by their last change,
+// which is what decode reads as their claim time.
 package ledger
 
 import (
@@ -74,6 +78,9 @@ type Record struct {
 	State  State
 	Time   time.Time // of the last change
 	Status int       // the server's HTTP status, when Done
+	// Claimed is when the current delivery claimed the id (Begin): the record's place in
+	// the time index, which orders pruning and the in-doubt list.
+	Claimed time.Time
 }
 
 // ErrLocked is returned by Open when another process holds the file.
@@ -173,7 +180,8 @@ func (l *Ledger) Begin(id string, redeliverInDoubt bool) (Record, error) {
 				return nil
 			}
 		}
-		return l.put(tx, id, Record{State: Sending, Time: time.Now()}, old)
+		now := time.Now()
+		return l.claim(tx, id, Record{State: Sending, Time: now, Claimed: now}, old)
 	})
 	if err != nil || (rec.State != Absent && !(rec.State == InDoubt && redeliverInDoubt)) {
 		l.release(id)
@@ -207,7 +215,7 @@ func (l *Ledger) Forget(id string) error {
 	err := l.commit.Do(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIDs)
 		if v := b.Get([]byte(id)); v != nil {
-			if err := tx.Bucket(bucketByTime).Delete(timeKey(decode(v).Time, id)); err != nil {
+			if err := tx.Bucket(bucketByTime).Delete(timeKey(decode(v).Claimed, id)); err != nil {
 				return err
 			}
 		}
@@ -277,13 +285,19 @@ func (l *Ledger) release(id string) {
 	l.mu.Unlock()
 }
 
+// set records a later state of a claimed id. The claim stays where it is in the time
+// index; an id without a record (it cannot be claimed and absent, short of a file edited
+// by hand) is indexed as claimed now.
 func (l *Ledger) set(id string, rec Record) error {
 	err := l.commit.Do(func(tx *bolt.Tx) error {
-		var old Record
-		if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
-			old = decode(v)
+		ids := tx.Bucket(bucketIDs)
+		v := ids.Get([]byte(id))
+		if v == nil {
+			rec.Claimed = rec.Time
+			return l.claim(tx, id, rec, Record{})
 		}
-		return l.put(tx, id, rec, old)
+		rec.Claimed = decode(v).Claimed
+		return ids.Put([]byte(id), encode(rec))
 	})
 	if err != nil {
 		return fmt.Errorf("ledger %s %s: %w", rec.State, id, err)
@@ -291,14 +305,16 @@ func (l *Ledger) set(id string, rec Record) error {
 	return nil
 }
 
-func (l *Ledger) put(tx *bolt.Tx, id string, rec, old Record) error {
+// claim writes rec, claimed at rec.Claimed, moving id's key in the time index from where
+// old had it.
+func (l *Ledger) claim(tx *bolt.Tx, id string, rec, old Record) error {
 	bt := tx.Bucket(bucketByTime)
 	if old.State != Absent {
-		if err := bt.Delete(timeKey(old.Time, id)); err != nil {
+		if err := bt.Delete(timeKey(old.Claimed, id)); err != nil {
 			return err
 		}
 	}
-	if err := bt.Put(timeKey(rec.Time, id), nil); err != nil {
+	if err := bt.Put(timeKey(rec.Claimed, id), nil); err != nil {
 		return err
 	}
 	return tx.Bucket(bucketIDs).Put([]byte(id), encode(rec))
@@ -376,19 +392,34 @@ func timeKey(t time.Time, id string) []byte {
 	return append(k, id...)
 }
 
+// recordLen is the length encode writes; records of the earlier layout are legacyLen.
+const (
+	recordLen = 19
+	legacyLen = 11
+)
+
 func encode(r Record) []byte {
-	b := []byte{byte(r.State)}
+	b := make([]byte, 0, recordLen)
+	b = append(b, byte(r.State))
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Time.UnixNano()))
-	return binary.BigEndian.AppendUint16(b, uint16(r.Status))
+	b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
+	return binary.BigEndian.AppendUint64(b, uint64(r.Claimed.UnixNano()))
 }
 
 // decode reads a record. One it cannot read, or whose state is not one that is stored
 // (Sending, Sent, Done), is in doubt: never deliver it again on a guess.
+//
+// A record of the earlier layout (no claim time) was indexed by its last change: that
+// is its claim time here.
 func decode(v []byte) Record {
-	if len(v) < 11 {
+	if len(v) < legacyLen {
 		return Record{State: InDoubt}
 	}
 	rec := Record{State: State(v[0]), Time: time.Unix(0, int64(binary.BigEndian.Uint64(v[1:9]))), Status: int(binary.BigEndian.Uint16(v[9:11]))}
+	rec.Claimed = rec.Time
+	if len(v) >= recordLen {
+		rec.Claimed = time.Unix(0, int64(binary.BigEndian.Uint64(v[11:19])))
+	}
 	switch rec.State {
 	case Sending, Sent, Done:
 	default:

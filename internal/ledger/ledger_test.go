@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -393,4 +394,90 @@ func TestUnreadableRecord(t *testing.T) {
 			requireState(t, l, id, Done)
 		})
 	}
+}
+
+// timeIndex returns the ids of the time index in order, with their times.
+func timeIndex(t *testing.T, l *Ledger) (ids []string, at []time.Time) {
+	t.Helper()
+	require.NoError(t, l.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketByTime).ForEach(func(k, _ []byte) error {
+			ids = append(ids, string(k[8:]))
+			at = append(at, time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))))
+			return nil
+		})
+	}))
+	return ids, at
+}
+
+// A delivery writes the time index once, when it claims the id: "sent" and "done" change
+// the record alone, which keeps its claim time.
+func TestDeliveryIndexedAtClaim(t *testing.T) {
+	l, _ := openLedger(t)
+	const id = "ow.1"
+	require.Equal(t, Absent, begin(t, l, id, false).State)
+	claim := requireState(t, l, id, Sending)
+	require.True(t, claim.Claimed.Equal(claim.Time))
+	ids, at := timeIndex(t, l)
+	require.Equal(t, []string{id}, ids)
+	require.True(t, at[0].Equal(claim.Claimed))
+
+	require.NoError(t, l.MarkSent(id)) // a synced commit later: a later time
+	require.NoError(t, l.Done(id, 202))
+	done := requireState(t, l, id, Done)
+	require.True(t, done.Time.After(claim.Time), "the record's time is its last change")
+	require.True(t, done.Claimed.Equal(claim.Claimed), "its claim stays")
+	require.Equal(t, 202, done.Status)
+	ids, at = timeIndex(t, l)
+	require.Equal(t, []string{id}, ids)
+	require.True(t, at[0].Equal(claim.Claimed), "the index key did not move")
+}
+
+// Records of the earlier layout (state | time | status, indexed by their last change)
+// still end, are forgotten, re-claimed and pruned with their index keys.
+func TestLegacyRecords(t *testing.T) {
+	l, _ := openLedger(t)
+	old := time.Now().Add(-2 * time.Hour)
+	legacy := func(id string, st State) {
+		require.NoError(t, l.db.Update(func(tx *bolt.Tx) error {
+			v := encode(Record{State: st, Time: old, Claimed: old})[:legacyLen]
+			if err := tx.Bucket(bucketIDs).Put([]byte(id), v); err != nil {
+				return err
+			}
+			return tx.Bucket(bucketByTime).Put(timeKey(old, id), nil)
+		}))
+	}
+	legacy("done", Done)
+	legacy("doubt", Sent)
+	legacy("forget", Sending)
+	legacy("redeliver", Sent)
+
+	rec := requireState(t, l, "done", Done)
+	require.True(t, rec.Claimed.Equal(old))
+	require.Equal(t, Done, begin(t, l, "done", false).State, "delivered before: never again")
+	require.Equal(t, InDoubt, begin(t, l, "doubt", false).State)
+
+	// "forget" was claimed by a process that died before sending it whole: claimed again,
+	// then forgotten, its key leaves with it.
+	require.Equal(t, Absent, begin(t, l, "forget", false).State)
+	require.NoError(t, l.Forget("forget"))
+	requireState(t, l, "forget", Absent)
+
+	// Re-claimed on an operator's word: the key moves to the new claim.
+	require.Equal(t, Absent, begin(t, l, "redeliver", true).State)
+	require.NoError(t, l.MarkSent("redeliver"))
+	require.NoError(t, l.Done("redeliver", 200))
+	ids, at := timeIndex(t, l)
+	require.Equal(t, []string{"done", "doubt", "redeliver"}, ids, "old keys in place, the re-claimed one last")
+	require.True(t, at[0].Equal(old) && at[1].Equal(old))
+	require.True(t, at[2].After(old))
+
+	n, err := l.Prune(time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "the two legacy records older than the cutoff")
+	requireState(t, l, "done", Absent)
+	requireState(t, l, "doubt", Absent)
+	requireState(t, l, "redeliver", Done)
+	nIDs, nByTime := keys(t, l)
+	require.Equal(t, 1, nIDs)
+	require.Equal(t, 1, nByTime)
 }
