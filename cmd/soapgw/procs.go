@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/soapgw/soapgw/internal/config"
 	"github.com/soapgw/soapgw/internal/procs"
 )
 
@@ -14,23 +15,38 @@ import (
 // set GOMAXPROCS. It returns what stops the adaptation and, for the startup log, what
 // the process runs with.
 //
+// A gateway with one-way messaging syncs its spool or ledger on every message, a system
+// call that holds its P for the length of a disk flush: it keeps at least two Ps, so
+// that nothing else waits for the flush.
+//
 // The runtime's own number, taken here once, already follows a container's CPU limit;
 // setting GOMAXPROCS from the program ends the runtime's later updates of it, so a limit
 // changed while the gateway runs takes effect at its next start.
-func adaptProcs(log *slog.Logger) (stop func(), state string) {
+func adaptProcs(cfg *config.Config, log *slog.Logger) (stop func(), state string) {
 	if v := os.Getenv("GOMAXPROCS"); v != "" {
 		return func() {}, "GOMAXPROCS=" + v
 	}
 	most := runtime.GOMAXPROCS(0)
+	least := 1
+	if syncsEachMessage(cfg) {
+		least = 2
+	}
 	c := procs.Start(procs.Config{
 		Max: most,
+		Min: least,
 		Set: func(n int) { runtime.GOMAXPROCS(n) },
-		OnChange: func(from, to int, busy float64) {
-			log.Debug("runtime Ps changed with the load", "from", from, "to", to, "busy_cpus", fmt.Sprintf("%.2f", busy))
+		OnChange: func(from, to int, why string, busy float64) {
+			log.Debug("runtime Ps changed", "from", from, "to", to, "why", why, "busy_cpus", fmt.Sprintf("%.2f", busy))
 		},
 	})
 	if c == nil {
 		return func() {}, fmt.Sprint(most)
 	}
-	return c.Stop, fmt.Sprintf("adaptive 1-%d", most)
+	return c.Stop, fmt.Sprintf("adaptive %d-%d", min(least, most), most)
+}
+
+// syncsEachMessage reports whether the gateway flushes a file to disk per message: the
+// edge's one-way spool, the origin's one-way ledger.
+func syncsEachMessage(cfg *config.Config) bool {
+	return cfg.Edge != nil && cfg.Edge.OneWay != nil || cfg.Origin != nil && cfg.Origin.OneWay != nil
 }

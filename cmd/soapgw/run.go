@@ -31,7 +31,7 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			stopProcs, procsState := adaptProcs(log)
+			stopProcs, procsState := adaptProcs(cfg, log)
 			defer stopProcs()
 			ctx := cmd.Context()
 			gw, err := startGateway(context.WithoutCancel(ctx), cfg, log)
