@@ -46,8 +46,8 @@ type clientWatch struct {
 // begin watches cc from delay on (at once when delay <= 0).
 func (w *clientWatch) begin(cc *clientConn, clock *progressClock, rd time.Time, delay time.Duration, cancel context.CancelCauseFunc) {
 	w.cc, w.clock, w.rd, w.cancel = cc, clock, rd, cancel
-	if cc.pending {
-		return // a byte of a pipelined request is already in hand
+	if len(cc.first) > 0 {
+		return // bytes of a pipelined request are already in hand
 	}
 	if delay <= 0 {
 		w.ring()

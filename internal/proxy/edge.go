@@ -57,40 +57,6 @@ type Edge struct {
 	wg        sync.WaitGroup
 }
 
-type clientConn struct {
-	net.Conn
-	busy atomic.Bool // a request is being read or answered
-
-	// first is a request's first byte, read while the connection held no buffers;
-	// Read hands it out before reading on (serveConn's goroutine only).
-	first   [1]byte
-	pending bool
-
-	// progress is the clock of the exchange in progress (serveConn's goroutine sets
-	// and clears it): bytes moved to or from the client are its progress.
-	progress *progressClock
-}
-
-func (cc *clientConn) Read(p []byte) (int, error) {
-	if cc.pending && len(p) > 0 {
-		p[0], cc.pending = cc.first[0], false
-		return 1, nil
-	}
-	n, err := cc.Conn.Read(p)
-	if n > 0 {
-		cc.progress.touch()
-	}
-	return n, err
-}
-
-func (cc *clientConn) Write(p []byte) (int, error) {
-	n, err := cc.Conn.Write(p)
-	if n > 0 {
-		cc.progress.touch()
-	}
-	return n, err
-}
-
 // NewEdge checks cfg and returns an edge ready to Serve listeners.
 func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 	if err := cfg.validate(); err != nil {
@@ -156,7 +122,7 @@ func (e *Edge) Serve(ln net.Listener, name string) error {
 			continue
 		}
 		delay = 0
-		cc := &clientConn{Conn: c}
+		cc := newClientConn(c)
 		e.mu.Lock()
 		if e.draining {
 			e.mu.Unlock()
@@ -271,9 +237,10 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 	// segment waiting for the client's delayed ACK (seed 003 §6.5). Go accepts every TCP
 	// connection with TCP_NODELAY set already: setting it again here cost a system call
 	// per connection, a call per exchange with HTTP/1.0 clients.
+	//
 	// The 32 KiB of buffers are held only while a request is read or answered: an idle
-	// keep-alive connection (there may be thousands) waits for its next request with a
-	// 1-byte read and no buffer.
+	// keep-alive connection (there may be thousands) waits for its next request holding
+	// no buffer (clientConn.waitRequest).
 	var br *bufio.Reader
 	var bw *bufio.Writer
 	release := func() {
@@ -287,6 +254,7 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		}
 	}
 	defer release()
+	defer cc.dropFirst()
 	for {
 		// Checked and armed under the lock Shutdown holds while it wakes idle
 		// connections, so Shutdown's wake-up cannot be overwritten by this deadline.
@@ -300,10 +268,9 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 		if br == nil || br.Buffered() == 0 {
 			// Nothing pipelined: wait for the next request without buffers.
 			release()
-			if n, err := cc.Conn.Read(cc.first[:]); n == 0 || err != nil {
+			if !cc.waitRequest() {
 				return // idle timeout, client closed, or drain
 			}
-			cc.pending = true
 			br = readerPool.Get().(*bufio.Reader)
 			br.Reset(cc)
 			bw = writerPool.Get().(*bufio.Writer)
