@@ -26,7 +26,6 @@ package procs
 
 import (
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -92,7 +91,7 @@ func (c *Config) defaults() {
 		c.StallShare = 0.05
 	}
 	if c.CPUTime == nil {
-		c.CPUTime = processCPUTime
+		c.CPUTime = processCPUTime // nil where the platform has none
 	}
 	if c.Waits == nil {
 		c.Waits = newSchedWaits().window
@@ -139,10 +138,10 @@ type Controller struct {
 }
 
 // Start sets Min Ps and starts adapting. It returns nil (and changes nothing) when Max is
-// at most 1 or Set is nil.
+// at most 1, Set is nil, or the process's CPU time cannot be read here.
 func Start(cfg Config) *Controller {
 	cfg.defaults()
-	if cfg.Max <= 1 || cfg.Set == nil {
+	if cfg.Max <= 1 || cfg.Set == nil || cfg.CPUTime == nil {
 		return nil
 	}
 	c := &Controller{stop: make(chan struct{}), done: make(chan struct{})}
@@ -195,12 +194,4 @@ func (c *Controller) Stop() {
 	}
 	c.stopOnce.Do(func() { close(c.stop) })
 	<-c.done
-}
-
-func processCPUTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -38,12 +37,7 @@ var firstPool = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b 
 
 func newClientConn(c net.Conn) *clientConn {
 	cc := &clientConn{Conn: c}
-	if sc, ok := c.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			cc.raw = raw
-			cc.readFirst = cc.readFirstFrom
-		}
-	}
+	cc.attachRaw()
 	return cc
 }
 
@@ -63,28 +57,6 @@ func (cc *clientConn) waitRequest() bool {
 		return false
 	}
 	return len(cc.first) > 0 // none: the client closed, or the read failed
-}
-
-// readFirstFrom is raw.Read's callback: it takes a buffer only for the read itself and
-// keeps it if bytes came. Returning false makes raw.Read wait until the socket is
-// readable and call it again, as a blocking Read does after EAGAIN.
-func (cc *clientConn) readFirstFrom(fd uintptr) bool {
-	buf := firstPool.Get().(*[]byte)
-	for {
-		n, err := syscall.Read(int(fd), *buf)
-		switch {
-		case errors.Is(err, syscall.EINTR):
-			continue
-		case errors.Is(err, syscall.EAGAIN):
-			firstPool.Put(buf)
-			return false
-		case err != nil || n <= 0:
-			firstPool.Put(buf)
-			return true
-		}
-		cc.first, cc.firstBuf = (*buf)[:n], buf
-		return true
-	}
 }
 
 // dropFirst gives back a buffer of first bytes that were never read (the connection
