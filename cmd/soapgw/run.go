@@ -31,13 +31,15 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 			if err != nil {
 				return usageError{err}
 			}
-			stopProcs, procsState := adaptProcs(cfg, log)
-			defer stopProcs()
 			ctx := cmd.Context()
 			gw, err := startGateway(context.WithoutCancel(ctx), cfg, log)
 			if err != nil {
 				return err
 			}
+			// Started with all the runtime's Ps (codec tables, listeners); from here on
+			// their number follows the load.
+			stopProcs, procsState := adaptProcs(cfg, log)
+			defer stopProcs()
 			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "sysmon", sysmonState, "procs", procsState, "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
 			// SIGHUP reloads the configuration file (credentials at once; other
 			// changes are named and wait for a restart). An invalid file is refused and
