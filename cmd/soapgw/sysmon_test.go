@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-
-	"github.com/soapgw/soapgw/internal/config"
 )
 
 func TestQuietSysmonEnv(t *testing.T) {
@@ -49,10 +47,4 @@ func TestRunsGateway(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, runsGateway(tc.args), "%q", tc.args)
 	}
-}
-
-func TestSyncsEachMessage(t *testing.T) {
-	assert.False(t, syncsEachMessage(&config.Config{Edge: &config.EdgeConfig{}, Origin: &config.OriginConfig{}}))
-	assert.True(t, syncsEachMessage(&config.Config{Edge: &config.EdgeConfig{OneWay: &config.EdgeOneWay{}}}), "the edge's spool")
-	assert.True(t, syncsEachMessage(&config.Config{Origin: &config.OriginConfig{OneWay: &config.OriginOneWay{}}}), "the origin's ledger")
 }
