@@ -36,6 +36,12 @@ func adaptProcs(cfg *config.Config, log *slog.Logger) (stop func(), state string
 		Min: least,
 		Set: func(n int) { runtime.GOMAXPROCS(n) },
 		OnChange: func(from, to int, why string, busy float64) {
+			if why == "stalls" {
+				// At most once per P the host has: the new number is a floor from now on.
+				log.Info("runtime Ps raised for good: goroutines waited a millisecond or more for one (long system calls, or a busy host)",
+					"from", from, "to", to, "busy_cpus", fmt.Sprintf("%.2f", busy))
+				return
+			}
 			log.Debug("runtime Ps changed", "from", from, "to", to, "why", why, "busy_cpus", fmt.Sprintf("%.2f", busy))
 		},
 	})
