@@ -31,6 +31,13 @@ type BulkStream interface {
 	SetBulk()
 }
 
+// DeliveryNotifier is a Stream that can tell when the peer acknowledged decoding the
+// message this side wrote on it (tunnel streams, for coded messages: AfterDelivered). The
+// origin forgets a held response then.
+type DeliveryNotifier interface {
+	AfterDelivered(f func())
+}
+
 // Opener opens a stream to one peer gateway.
 type Opener interface {
 	OpenStream(ctx context.Context) (Stream, error)

@@ -524,7 +524,7 @@ func (h *heldExchange) completeWhenSent(st Stream) {
 	if !h.markDone() {
 		return
 	}
-	if ad, ok := st.(interface{ AfterDelivered(func()) }); ok {
+	if ad, ok := st.(DeliveryNotifier); ok {
 		ad.AfterDelivered(h.delivered)
 	}
 	if as, ok := st.(interface{ AfterSent(func()) }); ok {

@@ -317,7 +317,7 @@ func (o *Origin) serveResume(ctx context.Context, st Stream, head []byte) {
 		// The edge collects a response this origin sent its way (Origin.divert): the
 		// copy goes once the edge acknowledges decoding it (coded answers are).
 		o.held.m.resumes.WithLabelValues("origin", "diverted").Inc()
-		if ad, ok := st.(interface{ AfterDelivered(func()) }); ok {
+		if ad, ok := st.(DeliveryNotifier); ok {
 			ad.AfterDelivered(h.collected)
 		}
 		o.answerResume(st, res.Offset, tail, nil)
