@@ -22,10 +22,11 @@ type Stream interface {
 	SetDeadline(time.Time) error
 }
 
-// BulkStream is a Stream whose transport can trade latency for compression when told
-// nobody waits on the message: the UDP tunnel then codes it on the shared codec state
-// behind other unacknowledged messages. The one-way forwarder marks its deliveries so, and
-// the origin its answers to them.
+// BulkStream is a Stream whose transport can trade latency for bytes when told nobody
+// waits on the message: the UDP tunnel then codes it on the shared codec state behind
+// other unacknowledged messages, and the TCP tunnel holds it a few milliseconds to share
+// packets with others. The one-way forwarder marks its deliveries so, and the origin its
+// answers to them.
 type BulkStream interface {
 	Stream
 	SetBulk()

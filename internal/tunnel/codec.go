@@ -215,10 +215,7 @@ func (s *Session) enqueueCoded(st *Stream, raw []byte, codec uint8) (bool, error
 	}
 	s.retainLocked(cost)
 	st.coded = &codedMsg{st: st, raw: raw, codec: codec, cost: cost}
-	if !st.inRing {
-		st.inRing = true
-		s.ring = append(s.ring, st)
-	}
+	s.enterRingLocked(st)
 	s.mu.Unlock()
 	st.queuedLocked()
 	return true, nil

@@ -53,6 +53,11 @@ type Config struct {
 	// spool delivering over a slow link was held to 256 deliveries per round trip). Each
 	// stream may buffer up to StreamWindow of received data.
 	MaxStreams uint32
+	// BulkDelay is how long the writer may hold frames of bulk streams (Stream.SetBulk:
+	// one-way deliveries and their answers) so that those queued meanwhile share their
+	// packets, when nothing else waits and the connection is busy (bulk.go; default 5 ms,
+	// negative: never).
+	BulkDelay time.Duration
 	// HandshakeTimeout bounds the exchange of HELLO frames (default 10 s).
 	HandshakeTimeout time.Duration
 	// KeepaliveInterval is how often a PING is sent (default 15 s; 0 disables keepalive).
@@ -89,6 +94,7 @@ func DefaultConfig() *Config {
 		KeepaliveInterval: 15 * time.Second,
 		KeepaliveTimeout:  10 * time.Second,
 		WriteTimeout:      30 * time.Second,
+		BulkDelay:         5 * time.Millisecond,
 		MaxCodedMessage:   1 << 20,
 		CodecRetention:    8 << 20,
 	}
@@ -124,6 +130,9 @@ func (c *Config) withDefaults() *Config {
 	}
 	if out.WriteTimeout == 0 {
 		out.WriteTimeout = d.WriteTimeout
+	}
+	if out.BulkDelay == 0 {
+		out.BulkDelay = d.BulkDelay
 	}
 	if out.MaxCodedMessage == 0 {
 		out.MaxCodedMessage = d.MaxCodedMessage

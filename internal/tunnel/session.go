@@ -42,6 +42,8 @@ type Session struct {
 	ctrlQ      []queued  // control frames, written before any DATA
 	ring       []*Stream // streams with pending DATA frames or a coded message, served one item each in turn
 	ringHead   int
+	ringBulk   int // streams in the ring marked bulk (Stream.SetBulk)
+	ringUrgent int // the other streams in the ring: someone waits on them
 	numOpen    int // streams opened by this side and not yet finished
 	lingering  int // streams whose exchange is over, kept until their coded message is acknowledged
 
@@ -68,9 +70,10 @@ type Session struct {
 	// takes it if it is free and writes them itself (kick), which saves a goroutine
 	// hand-off per message. A channel, not a mutex: waiting for it is a durable block
 	// (testing/synctest), and sendLoop can give up waiting when the session ends.
-	writeTok chan struct{}
-	ctrlOut  []queued  // control frames taken from ctrlQ, being written
-	sentOut  []*Stream // streams whose message's last frame is written, flushed next
+	writeTok  chan struct{}
+	bulkTimer *time.Timer // holdBulk's, owned by sendLoop
+	ctrlOut   []queued    // control frames taken from ctrlQ, being written
+	sentOut   []*Stream   // streams whose message's last frame is written, flushed next
 	// Owned by the writer (writeTok):
 	encs       [frame.MaxCodecID + 1]MessageEncoder
 	encEpoch   uint64
@@ -494,10 +497,7 @@ func (s *Session) enqueueData(st *Stream, build func(id uint32) queued) error {
 		return err
 	}
 	st.pending = append(st.pending, build(st.id))
-	if !st.inRing {
-		st.inRing = true
-		s.ring = append(s.ring, st)
-	}
+	s.enterRingLocked(st)
 	s.mu.Unlock()
 	st.queuedLocked()
 	return nil
@@ -560,14 +560,14 @@ func (s *Session) next(ctrl []queued) ([]queued, outItem) {
 			st.pending[0] = queued{}
 			st.pending = st.pending[1:]
 		default: // reset while queued
-			st.inRing = false
+			s.leaveRingLocked(st)
 			continue
 		}
 		if len(st.pending) > 0 || st.coded != nil {
 			s.ring = append(s.ring, st)
 		} else {
 			st.pending = nil
-			st.inRing = false
+			s.leaveRingLocked(st)
 		}
 		if start && s.acksPending > 0 {
 			it.ack, s.acksPending = s.acksPending, 0
@@ -602,6 +602,7 @@ func (s *Session) sendLoop() {
 		case <-s.ctx.Done():
 			return
 		}
+		s.holdBulk()
 		select {
 		case <-s.writeTok:
 		case <-s.ctx.Done():

@@ -32,6 +32,7 @@ type Stream struct {
 	pending   []queued
 	coded     *codedMsg
 	inRing    bool
+	bulk      bool // SetBulk: its frames may be held to share packets (bulk.go)
 	lingering bool // counted in s.lingering
 
 	mu sync.Mutex
