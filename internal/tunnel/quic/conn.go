@@ -66,6 +66,7 @@ type conn struct {
 
 	enc    encLane
 	dec    decLane
+	bulk   bulkGate  // bulk messages written together (bulkhold.go)
 	heads  headTimes // arrival of sequenced heads, to tell loss from serialization
 	window windowPolicy
 

@@ -346,13 +346,17 @@ func (st *Stream) CloseWrite() error {
 		st.c.releaseCredit(st.c.creditRipe())
 	}
 	var err error
-	if hook := testWriteHook.Load(); hook != nil {
-		err = (*hook)(h, b, st.qs)
-	} else {
-		_, err = st.qs.Write(b)
-	}
-	if err == nil {
-		err = st.qs.Close()
+	switch hook := testWriteHook.Load(); {
+	case hook != nil:
+		if err = (*hook)(h, b, st.qs); err == nil {
+			err = st.qs.Close()
+		}
+	case st.bulk && st.c.holdsBulk():
+		err = st.c.bulk.write(st.qs, b) // with the bulk messages of the next few ms (bulkhold.go)
+	default:
+		if _, err = st.qs.Write(b); err == nil {
+			err = st.qs.Close()
+		}
 	}
 	if err != nil && h.sequenced() {
 		st.c.lost(h.Seq)
