@@ -175,7 +175,8 @@ func newSpoolLedgerCommand(g *globalOptions, o *spoolOptions) *cobra.Command {
 holds in each state: done (delivered to the server: a copy sent again is refused as
 already_delivered), in doubt (the server got the whole request, its answer never came
 back: not sent again unless origin.one_way.in_doubt is redeliver), sending (the server
-never got it whole: delivered when the edge sends it again). 'ledger in-doubt' lists the
+never got it whole: delivered when the edge sends it again; only ledgers written by
+earlier versions hold these, a claim is no longer written). 'ledger in-doubt' lists the
 ids in doubt, oldest first, with the time their last byte went: find those messages at the
 server (the id is the X-Soapgw-Message-Id the client got) before requeueing the edge's dead
 letter. Stop the origin first: it holds the file locked.`,

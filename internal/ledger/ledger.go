@@ -9,7 +9,13 @@
 //	                       │                    │
 //	                       ├──Forget──► (absent)└─ no answer (Abandon, or the process
 //	                       │                       dies) ──► in doubt
-//	                       └─ the process dies ──► sending: may be sent again
+//	                       └─ the process dies ──► (absent): may be sent again
+//
+// "sending" is held in memory only: on disk it would read after a crash exactly as no
+// record does (deliver again), so Begin writes nothing; it claims the id in this process
+// and reads what an earlier delivery left. MarkSent writes the delivery's first record,
+// and Forget before it writes nothing. That is two synced commits per delivery instead of
+// three; records "sending" written by earlier versions still read as deliverable.
 //
 // The origin writes a one-way request to the server whole except its last byte, then
 // records "sent", then writes the last byte. A server does not run a request whose body
@@ -97,8 +103,9 @@ type Ledger struct {
 	commit    *groupcommit.Committer
 	retention time.Duration
 
-	mu       sync.Mutex
-	inflight map[string]struct{}
+	mu sync.Mutex
+	// inflight holds the ids being delivered in this process.
+	inflight map[string]claim
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -131,7 +138,7 @@ func Open(path string, retention time.Duration) (*Ledger, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	l := &Ledger{db: db, commit: groupcommit.New(db), retention: retention, inflight: map[string]struct{}{}, stop: make(chan struct{})}
+	l := &Ledger{db: db, commit: groupcommit.New(db), retention: retention, inflight: map[string]claim{}, stop: make(chan struct{})}
 	l.wg.Add(1)
 	go l.pruneLoop()
 	return l, nil
@@ -149,8 +156,8 @@ func (l *Ledger) Close() error {
 	return l.db.Close()
 }
 
-// Begin claims id for a delivery. It returns Absent when the claim was recorded (synced)
-// and the caller must deliver and then call Done, Forget or Abandon; otherwise the state
+// Begin claims id for a delivery in this process (nothing is written: see the package
+// comment). It returns Absent when the id is claimed and the caller must deliver and then call Done, Forget or Abandon; otherwise the state
 // that stops the delivery: Done (delivered before), InProgress (a delivery of it is
 // running), InDoubt (an earlier delivery's outcome is unknown). With redeliverInDoubt an
 // in-doubt id is claimed like an absent one.
@@ -160,28 +167,22 @@ func (l *Ledger) Begin(id string, redeliverInDoubt bool) (Record, error) {
 		l.mu.Unlock()
 		return Record{State: InProgress}, nil
 	}
-	l.inflight[id] = struct{}{}
+	l.inflight[id] = claim{at: time.Now()}
 	l.mu.Unlock()
 	var rec Record
-	err := l.commit.Do(func(tx *bolt.Tx) error {
-		rec = Record{}
-		var old Record
-		if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
-			old = decode(v)
-			switch old.State {
-			case Sending: // an earlier process never sent it whole: deliver again
-			case Sent, InDoubt:
-				rec = Record{State: InDoubt, Time: old.Time}
-				if !redeliverInDoubt {
-					return nil
-				}
-			default:
-				rec = old
-				return nil
-			}
+	err := l.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketIDs).Get([]byte(id))
+		if v == nil {
+			return nil
 		}
-		now := time.Now()
-		return l.claim(tx, id, Record{State: Sending, Time: now, Claimed: now}, old)
+		switch old := decode(v); old.State {
+		case Sending: // written by an earlier version that never sent it whole: deliver again
+		case Sent, InDoubt:
+			rec = Record{State: InDoubt, Time: old.Time}
+		default:
+			rec = old
+		}
+		return nil
 	})
 	if err != nil || (rec.State != Absent && !(rec.State == InDoubt && redeliverInDoubt)) {
 		l.release(id)
@@ -212,6 +213,21 @@ func (l *Ledger) Done(id string, status int) error {
 // refused it unread, answered 503) and ends the delivery: the id may be delivered again.
 func (l *Ledger) Forget(id string) error {
 	defer l.release(id)
+	if !l.recorded(id) {
+		// Nothing of this delivery is on disk. A record an earlier delivery left stays
+		// (in doubt and redelivered: this attempt provably did not reach the server, the
+		// earlier one is still in doubt), but for "sending" of an earlier version, which
+		// goes as it did then.
+		var old Record
+		if err := l.db.View(func(tx *bolt.Tx) error {
+			if v := tx.Bucket(bucketIDs).Get([]byte(id)); v != nil {
+				old = decode(v)
+			}
+			return nil
+		}); err != nil || old.State != Sending {
+			return err
+		}
+	}
 	err := l.commit.Do(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIDs)
 		if v := b.Get([]byte(id)); v != nil {
@@ -241,9 +257,12 @@ func (l *Ledger) Get(id string) (Record, error) {
 		return nil
 	})
 	l.mu.Lock()
-	_, running := l.inflight[id]
+	c, running := l.inflight[id]
 	l.mu.Unlock()
-	if rec.State == Sent && !running {
+	switch {
+	case running && !c.recorded:
+		rec = Record{State: Sending, Time: c.at, Claimed: c.at} // claimed here, not written yet
+	case rec.State == Sent && !running:
 		rec.State = InDoubt
 	}
 	return rec, err
@@ -285,23 +304,47 @@ func (l *Ledger) release(id string) {
 	l.mu.Unlock()
 }
 
-// set records a later state of a claimed id. The claim stays where it is in the time
-// index; an id without a record (it cannot be claimed and absent, short of a file edited
-// by hand) is indexed as claimed now.
+// claim is a delivery running in this process: since when, and whether it has written
+// its first record (MarkSent, or Done without it).
+type claim struct {
+	at       time.Time
+	recorded bool
+}
+
+// recorded reports whether the delivery of id running here has written its record.
+func (l *Ledger) recorded(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight[id].recorded
+}
+
+// set records a state of an id being delivered. The delivery's first record is indexed
+// as claimed now, replacing whatever an earlier delivery left (in doubt and redelivered,
+// or "sending" from an earlier version); later ones keep that place in the time index.
 func (l *Ledger) set(id string, rec Record) error {
+	recorded := l.recorded(id)
 	err := l.commit.Do(func(tx *bolt.Tx) error {
 		ids := tx.Bucket(bucketIDs)
-		v := ids.Get([]byte(id))
-		if v == nil {
-			rec.Claimed = rec.Time
-			return l.claim(tx, id, rec, Record{})
+		var old Record
+		if v := ids.Get([]byte(id)); v != nil {
+			old = decode(v)
 		}
-		rec.Claimed = decode(v).Claimed
-		return ids.Put([]byte(id), encode(rec))
+		if recorded && old.State != Absent {
+			rec.Claimed = old.Claimed
+			return ids.Put([]byte(id), encode(rec))
+		}
+		rec.Claimed = rec.Time
+		return l.claim(tx, id, rec, old)
 	})
 	if err != nil {
 		return fmt.Errorf("ledger %s %s: %w", rec.State, id, err)
 	}
+	l.mu.Lock()
+	if c, ok := l.inflight[id]; ok {
+		c.recorded = true
+		l.inflight[id] = c
+	}
+	l.mu.Unlock()
 	return nil
 }
 
