@@ -23,9 +23,11 @@ import (
 //
 // Once the edge has a response whole it needs no copy: when its tunnel connection
 // acknowledges decoding the response (coded messages are acknowledged, for the codec's
-// sake; tunnel.Stream.AfterDelivered), the origin forgets it at once (delivered). So with
-// a codec the copies held are those of the last round trip or so; identity responses,
-// which nothing acknowledges, are kept for the window below.
+// sake; tunnel.Stream.AfterDelivered; over the UDP tunnel the edge also reports the
+// responses it read whole that no acknowledgement covers, HAVE), the origin forgets it at
+// once (delivered). So with a codec the copies held are those of the last round trip or
+// so; over TCP, identity responses, which nothing acknowledges, are kept for the window
+// below.
 //
 // The copy is bounded in time and size. A response is kept for window after its
 // exchange ended (long enough for a dead connection to be noticed and replaced: the

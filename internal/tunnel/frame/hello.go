@@ -63,6 +63,10 @@ type Hello struct {
 	// collect a large response there while the UDP path loses packets (internal/tunnel/quic
 	// SPEC.md, "Large responses over TCP"). Other values mean absent.
 	Divert string `json:"divert,omitempty"`
+	// Have, from an edge over the UDP tunnel, says it reports the responses it has read
+	// whole that no ACK covers (HAVE frames, internal/tunnel/quic SPEC.md): the origin may
+	// then forget their held copies at once instead of after the resume window.
+	Have bool `json:"have,omitempty"`
 }
 
 // DivertTCP is HELLO's divert value of an edge that collects diverted responses over

@@ -64,11 +64,15 @@ type conn struct {
 	maxCoded  int                       // largest message sent coded: min(ours, peer's)
 	streamOut tunnel.StreamCodec        // codes messages too large or flushed, if the peer decodes it alike
 
-	enc    encLane
-	dec    decLane
-	bulk   bulkGate  // bulk messages written together (bulkhold.go)
-	heads  headTimes // arrival of sequenced heads, to tell loss from serialization
-	window windowPolicy
+	enc  encLane
+	dec  decLane
+	bulk bulkGate // bulk messages written together (bulkhold.go)
+
+	haves     haveReports // edge: responses read whole, for HAVE (have.go)
+	haveTimer *time.Timer // edge: sends them when no request came to carry them; owned, stopped by close
+	haveWaits haveWaits   // origin: responses awaiting the edge's HAVE
+	heads     headTimes   // arrival of sequenced heads, to tell loss from serialization
+	window    windowPolicy
 
 	ackMu    sync.Mutex
 	ackSent  uint64
@@ -272,13 +276,15 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.ackTimer.Stop()
 	c.creditTimer = time.AfterFunc(time.Hour, func() { c.releaseCredit(c.srtt() + maxAckDelay) })
 	c.creditTimer.Stop()
+	c.haveTimer = time.AfterFunc(time.Hour, c.sendPendingHave)
+	c.haveTimer.Stop()
 	return c
 }
 
 // hello is what this side announces on the control stream.
 func (c *conn) hello(maxStreams int64) frame.Hello {
 	h := frame.Hello{Proto: 1, Node: c.cfg.Node, Codecs: frame.CodecIDs{0}, MaxFrame: 64 << 10, Window: 1 << 20, MaxStreams: uint32(max(maxStreams, 1)),
-		Copies: c.redundancy.helloCopies()}
+		Copies: c.redundancy.helloCopies(), Have: !c.server}
 	if c.divert {
 		h.Divert = frame.DivertTCP
 	}
@@ -780,6 +786,11 @@ func (c *conn) readControl(br *bufio.Reader) {
 				return
 			}
 			c.onReceivedReport(n)
+		case ctrlHave:
+			if err := c.onHave(payload); err != nil {
+				c.close(closeProtocol, err.Error())
+				return
+			}
 		case ctrlCarry: // its packet did the work (it carried QUIC's acknowledgement)
 		case ctrlPing: // its packet did the work (it came from the edge's current address, or after a lost one)
 			c.onPing()
@@ -868,6 +879,7 @@ func (c *conn) close(code quicgo.ApplicationErrorCode, why string) {
 	c.closeOnce.Do(func() {
 		c.ackTimer.Stop()
 		c.creditTimer.Stop()
+		c.haveTimer.Stop()
 		c.prober.timer.Stop()
 		_ = c.qc.CloseWithError(code, why)
 	})

@@ -66,6 +66,9 @@ func TestControlFrames(t *testing.T) {
 	require.Equal(t, "0702ac02", hex.EncodeToString(appendCtrl(nil, ctrlReceived, binary.AppendUvarint(nil, 300))))
 	// CARRY: empty.
 	require.Equal(t, "0800", hex.EncodeToString(appendCtrl(nil, ctrlCarry, nil)))
+	// HAVE of streams 4, 8 and 300.
+	have := binary.AppendUvarint(binary.AppendUvarint(binary.AppendUvarint(nil, 4), 8), 300)
+	require.Equal(t, "09040408ac02", hex.EncodeToString(appendCtrl(nil, ctrlHave, have)))
 	r := bytes.NewReader(append(b, appendCtrl(nil, ctrlGoAway, []byte("bye"))...))
 	typ, p, err := readCtrl(r, nil)
 	require.NoError(t, err)

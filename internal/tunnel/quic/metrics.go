@@ -28,6 +28,7 @@ type Metrics struct {
 	copies      *prometheus.CounterVec
 	waited      *prometheus.CounterVec
 	tailProbes  *prometheus.CounterVec
+	haves       *prometheus.CounterVec
 
 	mu     sync.Mutex
 	live   map[*conn]*pathSnapshot
@@ -98,13 +99,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		tailProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_udp_tail_probes_total", Help: "PING control frames sent to speed up QUIC's loss recovery, by peer: at the edge for exchanges whose response was late while loss is reported and the request was not copied, at the origin in answer to the edge's PINGs.",
 		}, []string{"peer"}),
+		haves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_udp_have_frames_total", Help: "HAVE control frames by peer and direction (sent: the edge reports responses it read whole that no ACK covers; received: the origin forgets their held copies).",
+		}, []string{"peer", "direction"}),
 		live:   map[*conn]*pathSnapshot{},
 		closed: map[string]*pathTotals{},
 	}
 	m.stats.m = m
 	if reg != nil {
 		reg.MustRegister(m.connections, m.streams, m.dials, m.handshakes, m.messages, m.raw, m.payload,
-			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, m.waited, m.tailProbes, &m.stats)
+			m.laneBusy, m.nacks, m.ctrlAcks, m.waits, m.waitSeconds, m.window, m.copies, m.waited, m.tailProbes, m.haves, &m.stats)
 	}
 	return m
 }
@@ -123,6 +127,7 @@ type connMetrics struct {
 	copies            *prometheus.CounterVec
 	waitedReports     prometheus.Counter
 	tailProbes        prometheus.Counter
+	haveFrames        *prometheus.CounterVec // by direction
 	name              func(id uint8) string
 
 	mu    sync.Mutex
@@ -159,6 +164,7 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 		copies:            m.copies.MustCurryWith(prometheus.Labels{"peer": peer}),
 		waitedReports:     m.waited.WithLabelValues(peer),
 		tailProbes:        m.tailProbes.WithLabelValues(peer),
+		haveFrames:        m.haves.MustCurryWith(prometheus.Labels{"peer": peer}),
 		nacks:             m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
 	}
 }

@@ -56,19 +56,20 @@ type Stream struct {
 	sw        streamedSink         // senc's output, into the QUIC stream
 	sraw      int                  // message bytes given to senc
 
-	rmu     sync.Mutex
-	rhead   head
-	hasHead bool
-	rbuf    []byte // decoded message, or identity bytes read along with the head
-	roff    int
-	rdone   bool                 // the whole message has been read (EOF seen)
-	rcount  int                  // identity bytes read, for metrics
-	rerr    error                // sticky read error
-	rdec    tunnel.StreamDecoder // decodes a streamed message as it is read
-	rsrc    *streamedSource      // rdec's input: the QUIC stream after the head
-	rraw    int                  // decoded bytes of a streamed message
-	closed  bool
-	onClose func() // the owner's bookkeeping, once
+	rmu       sync.Mutex
+	rhead     head
+	hasHead   bool
+	rbuf      []byte // decoded message, or identity bytes read along with the head
+	roff      int
+	rdone     bool                 // the whole message has been read (EOF seen)
+	rcount    int                  // identity bytes read, for metrics
+	rerr      error                // sticky read error
+	rdec      tunnel.StreamDecoder // decodes a streamed message as it is read
+	rsrc      *streamedSource      // rdec's input: the QUIC stream after the head
+	rraw      int                  // decoded bytes of a streamed message
+	haveNoted bool                 // edge: reported for HAVE (have.go)
+	closed    bool
+	onClose   func() // the owner's bookkeeping, once
 
 	// Abandonment by the edge (origin streams, FailContext): failCtx is made on first
 	// use and cancelled by abandon.
@@ -309,6 +310,7 @@ func (st *Stream) CloseWrite() error {
 	}
 	st.wclosed = true
 	st.c.maybeReport()
+	st.c.flushHave()
 	if st.streaming {
 		if st.senc != nil {
 			err := st.senc.Close()
@@ -325,6 +327,9 @@ func (st *Stream) CloseWrite() error {
 		err := st.qs.Close()
 		if err == nil {
 			st.c.prober.sent(st, false)
+			if st.server {
+				st.c.awaitHave(st) // a streamed message: no ACK covers it
+			}
 		}
 		return st.mapErr(err)
 	}
@@ -377,6 +382,9 @@ func (st *Stream) CloseWrite() error {
 	}
 	if err == nil {
 		st.c.prober.sent(st, copied)
+		if st.server && !h.sequenced() {
+			st.c.awaitHave(st) // no ACK covers it
+		}
 	}
 	return st.mapErr(err)
 }
@@ -421,6 +429,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if st.rdone {
+		st.receivedWhole()
 		return 0, io.EOF
 	}
 	n, err := st.readQS(p)
@@ -428,6 +437,7 @@ func (st *Stream) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		st.rdone = true
 		st.c.m.message("received", 0, modeStateless, st.rcount, st.rcount)
+		st.receivedWhole()
 		return n, io.EOF
 	}
 	if err != nil {
@@ -633,6 +643,7 @@ func (st *Stream) readStreamed(p []byte) (int, error) {
 		st.rdec.Release()
 		st.rdec = nil
 		st.c.m.message("received", st.rhead.Codec, modeStreamed, st.rraw, st.rsrc.n)
+		st.receivedWhole()
 		return n, io.EOF
 	case st.rsrc.err != nil:
 		// The stream's own failure (reset, connection lost), seen by the decoder.
@@ -708,6 +719,7 @@ func (st *Stream) readCoded(h head, have []byte, eof bool) error {
 	}
 	st.c.m.message("received", h.Codec, h.Mode, len(msg), len(payload))
 	st.rbuf, st.rdone = msg, true
+	st.receivedWhole() // the whole message is decoded: its reader need not reach EOF
 	return nil
 }
 

@@ -165,6 +165,10 @@ const (
 	// QUIC's acknowledgement of what came since this side last sent (redundant.go,
 	// "Copies carry the acknowledgements"); the receiver ignores it.
 	ctrlCarry = 8
+	// ctrlHave, edge to origin: uvarint stream ids, one or more: the edge has read these
+	// exchanges' responses whole, which ACK does not cover (identity, stateless, streamed;
+	// have.go).
+	ctrlHave = 9
 )
 
 // maxCtrlPayload bounds a control frame's payload.
