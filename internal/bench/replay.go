@@ -247,6 +247,18 @@ func (a *Arrivals) Wait(ctx context.Context, calls []int, limit time.Duration) i
 	}
 }
 
+// After counts the calls from..to-1 that arrived after t.
+func (a *Arrivals) After(from, to int, t time.Time) (n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := max(from, a.first); i < min(to, a.first+len(a.at)); i++ {
+		if at := a.at[i-a.first]; at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
 // Received summarizes the calls from..to-1: how many arrived, when the last of them
 // did, and the duplicates of the whole record (with the first call that came twice).
 func (a *Arrivals) Received(from, to int) (n int, last time.Time, duplicates, firstDup int) {

@@ -363,9 +363,9 @@ const (
 // writeDeliveryTable is a one-way scenario's second table: when the server had the
 // calls, and what that is against the link's bandwidth.
 func writeDeliveryTable(b *strings.Builder, r *Results, profile, scenario string, mode int, configs []string) {
-	b.WriteString("Delivery: the measured calls as the server received them (each byte for byte; the run waits for every call the client saw acknowledged before it reads the link and CPU counters). delivery s: from the first call's start to the last arrival; msgs/s = messages delivered / delivery s; link allows: the link's rate over the IP bytes per message the link carried (those of packets its queue dropped are left out: they took none of its time), in the tighter direction.\n\n")
-	b.WriteString("| configuration | status | calls acknowledged | delivered | duplicates | client p50 ms | client p99 ms | delivery s | last arrival after last call s | msgs/s delivered | up B/msg | down B/msg | total B/msg | link allows msgs/s | delivered / allowed |\n")
-	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("Delivery: the measured calls as the server received them (each byte for byte; the run waits for every call the client saw acknowledged before it reads the link and CPU counters). delivery s: from the first call's start to the last arrival; msgs/s = messages delivered / delivery s; link allows: the link's rate over the IP bytes per message the link carried (those of packets its queue dropped are left out: they took none of its time), in the tighter direction. backlog: the messages that arrived after the client's last call, and their pace then (n/a under 100 messages or 1 s): the gateways' with messages waiting, which the client's own rate no longer bounds.\n\n")
+	b.WriteString("| configuration | status | calls acknowledged | delivered | duplicates | client p50 ms | client p99 ms | delivery s | last arrival after last call s | msgs/s delivered | up B/msg | down B/msg | total B/msg | link allows msgs/s | delivered / allowed | backlog msgs | backlog msgs/s | backlog / allowed |\n")
+	b.WriteString("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range configs {
 		x, ok := r.find(profile, scenario, mode, c)
 		if !ok {
@@ -373,7 +373,7 @@ func writeDeliveryTable(b *strings.Builder, r *Results, profile, scenario string
 		}
 		d := x.Delivery
 		if d == nil {
-			fmt.Fprintf(b, "| %s | %s |%s\n", x.Config, mdCell(x.Status), strings.Repeat(" |", 13))
+			fmt.Fprintf(b, "| %s | %s |%s\n", x.Config, mdCell(x.Status), strings.Repeat(" |", 16))
 			continue
 		}
 		up, down, total := "n/a", "n/a", "n/a"
@@ -384,9 +384,16 @@ func writeDeliveryTable(b *strings.Builder, r *Results, profile, scenario string
 		if d.LinkAllowsPerSec > 0 {
 			allows, ratio = fmt.Sprintf("%.1f", d.LinkAllowsPerSec), fmt.Sprintf("%.0f%%", 100*d.LinkRatio)
 		}
-		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n",
+		backlog, backlogRatio := "n/a", "n/a"
+		if d.BacklogPerSec > 0 {
+			backlog = fmt.Sprintf("%.1f", d.BacklogPerSec)
+			if d.LinkAllowsPerSec > 0 {
+				backlogRatio = fmt.Sprintf("%.0f%%", 100*d.BacklogRatio)
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %d | %s | %s |\n",
 			x.Config, x.Status, x.OK, d.Messages, d.Duplicates, ms(x.Latency.P50), ms(x.Latency.P99), secs(d.MS/1000), secs(d.AfterClientMS/1000),
-			d.PerSec, up, down, total, allows, ratio)
+			d.PerSec, up, down, total, allows, ratio, d.BacklogMessages, backlog, backlogRatio)
 	}
 	b.WriteString("\n")
 }
@@ -463,6 +470,9 @@ func oneWayCells(x RunResult) string {
 	}
 	if d.LinkAllowsPerSec > 0 {
 		allows, ratio = fmt.Sprintf("%.1f", d.LinkAllowsPerSec), fmt.Sprintf("%.0f%%", 100*d.LinkRatio)
+		if d.BacklogRatio > 0 {
+			ratio += fmt.Sprintf(" (backlog %.0f%%)", 100*d.BacklogRatio)
+		}
 	}
 	return fmt.Sprintf("%s / %s | %s | %.1f | %.1f | %s | %s | %s", ms(x.Latency.P50), ms(x.Latency.P99), goal, x.CallsPerSec, d.PerSec, perMsg, allows, ratio)
 }

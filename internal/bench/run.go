@@ -167,6 +167,33 @@ type Delivery struct {
 	// PerSec / LinkAllowsPerSec: how much of the link the messages used.
 	LinkAllowsPerSec float64 `json:"link_allows_per_s,omitempty"`
 	LinkRatio        float64 `json:"link_ratio,omitempty"`
+	// BacklogMessages is how many of the messages arrived after the client's last call
+	// had ended: the spool's backlog then. BacklogPerSec is the pace they arrived at, over
+	// AfterClientMS: the gateways' with a backlog, which the clients' own rate no longer
+	// bounds (0 when that phase is too short to tell: under minBacklogMessages messages or
+	// minBacklogPhase); BacklogRatio is it against LinkAllowsPerSec. Whether the gateways
+	// fill the link when messages wait reads here; PerSec also counts the time the clients
+	// took to send them.
+	BacklogMessages int     `json:"backlog_messages,omitempty"`
+	BacklogPerSec   float64 `json:"backlog_per_s,omitempty"`
+	BacklogRatio    float64 `json:"backlog_ratio,omitempty"`
+}
+
+// The shortest backlog phase whose pace is reported: its last round trip, when the last
+// deliveries are in flight and no new ones start, lowers the pace the less the longer it
+// is.
+const (
+	minBacklogMessages = 100
+	minBacklogPhase    = time.Second
+)
+
+// backlogPace is the pace of n messages that arrived over d after the client's last call
+// (0: too few or too short to tell).
+func backlogPace(n int, d time.Duration) float64 {
+	if n < minBacklogMessages || d < minBacklogPhase {
+		return 0
+	}
+	return float64(n) / d.Seconds()
 }
 
 // linkAllows is the messages per second a link's rate limits allow at the bytes per
@@ -955,10 +982,13 @@ func delivery(a *Arrivals, warm, n int, out callOutcome, p Profile, e *PerExchan
 		d.MS = float64(took) / float64(time.Millisecond)
 		d.PerSec = float64(got) / took.Seconds()
 		d.AfterClientMS = max(float64(took-out.elapsed)/float64(time.Millisecond), 0)
+		d.BacklogMessages = a.After(warm, warm+n, out.start.Add(out.elapsed))
+		d.BacklogPerSec = backlogPace(d.BacklogMessages, took-out.elapsed)
 	}
 	if allow := linkAllows(p, e); allow > 0 && d.PerSec > 0 {
 		d.LinkAllowsPerSec = allow
 		d.LinkRatio = d.PerSec / allow
+		d.BacklogRatio = d.BacklogPerSec / allow
 	}
 	return d
 }

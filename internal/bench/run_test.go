@@ -373,6 +373,27 @@ func TestLinkAllowsAndDelivery(t *testing.T) {
 	require.Greater(t, d.AfterClientMS, 500.0, "the last arrived after the client's calls ended")
 	require.InDelta(t, 20.0, d.LinkAllowsPerSec, 1e-9)
 	require.InDelta(t, d.PerSec/20, d.LinkRatio, 1e-9)
+	require.Equal(t, 3, d.BacklogMessages, "all three arrived after the client's calls ended")
+	require.Zero(t, d.BacklogPerSec, "too few to tell a pace")
+	require.Zero(t, d.BacklogRatio)
+}
+
+// TestBacklogPace: the pace of the messages delivered after the client's last call, when
+// there are enough of them over long enough.
+func TestBacklogPace(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		d    time.Duration
+		want float64
+	}{
+		{1000, 2 * time.Second, 500},
+		{minBacklogMessages, minBacklogPhase, minBacklogMessages},
+		{minBacklogMessages - 1, 10 * time.Second, 0},
+		{10_000, minBacklogPhase - time.Millisecond, 0},
+		{0, 0, 0},
+	} {
+		require.InDelta(t, tc.want, backlogPace(tc.n, tc.d), 1e-9, "%d over %s", tc.n, tc.d)
+	}
 }
 
 func TestDeliveryLimit(t *testing.T) {
