@@ -40,20 +40,11 @@ func TestBulkFramesShareAFlush(t *testing.T) {
 				}
 				start := time.Now()
 				arrived := make(chan arrival, 32)
-				go func() {
-					for {
-						st, err := s.AcceptStream(context.Background())
-						if err != nil {
-							return
-						}
-						go func() {
-							b, err := io.ReadAll(st)
-							if err == nil {
-								arrived <- arrival{string(b), time.Since(start)}
-							}
-						}()
+				serveEach(s, func(st *Stream) {
+					if b, err := io.ReadAll(st); err == nil {
+						arrived <- arrival{string(b), time.Since(start)}
 					}
-				}()
+				})
 
 				// One message a millisecond, each on its own stream, none answered: the
 				// streams stay open, so the connection gets busier with each.

@@ -120,25 +120,17 @@ func (r frameReader) message(id uint32) (frame.Preamble, []byte, uint32, []frame
 
 // respondingServer answers every stream with resp (after reading the request).
 func respondingServer(s *Session, resp []byte, enc ...Encoding) {
-	go func() {
-		for {
-			st, err := s.AcceptStream(context.Background())
-			if err != nil {
-				return
-			}
-			go func() {
-				defer st.Close()
-				if len(enc) > 0 {
-					st.SetEncoding(enc[0])
-				}
-				if _, err := io.ReadAll(st); err != nil {
-					return
-				}
-				_, _ = st.Write(resp)
-				_ = st.CloseWrite()
-			}()
+	serveEach(s, func(st *Stream) {
+		defer st.Close()
+		if len(enc) > 0 {
+			st.SetEncoding(enc[0])
 		}
-	}()
+		if _, err := io.ReadAll(st); err != nil {
+			return
+		}
+		_, _ = st.Write(resp)
+		_ = st.CloseWrite()
+	})
 }
 
 func codedRawServer(t *testing.T, scfg *Config, m *Metrics) (net.Conn, *Session, frameReader) {

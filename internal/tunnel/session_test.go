@@ -15,27 +15,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// echoServer answers each stream with its request prefixed by "re:".
-func echoServer(t *testing.T, s *Session) {
-	t.Helper()
+// serveEach runs serve on a goroutine of its own for each stream s accepts, until s ends.
+func serveEach(s *Session, serve func(st *Stream)) {
 	go func() {
 		for {
 			st, err := s.AcceptStream(context.Background())
 			if err != nil {
 				return
 			}
-			go func() {
-				defer st.Close()
-				b, err := io.ReadAll(st)
-				if err != nil {
-					return
-				}
-				_, _ = st.Write([]byte("re:"))
-				_, _ = st.Write(b)
-				_ = st.CloseWrite()
-			}()
+			go serve(st)
 		}
 	}()
+}
+
+// echoServer answers each stream with its request prefixed by "re:".
+func echoServer(t *testing.T, s *Session) {
+	t.Helper()
+	serveEach(s, func(st *Stream) {
+		defer st.Close()
+		b, err := io.ReadAll(st)
+		if err != nil {
+			return
+		}
+		_, _ = st.Write([]byte("re:"))
+		_, _ = st.Write(b)
+		_ = st.CloseWrite()
+	})
 }
 
 func exchange(ctx context.Context, s *Session, msg []byte) ([]byte, error) {
