@@ -84,7 +84,8 @@ type Record struct {
 	State  State
 	Time   time.Time // of the last change
 	Status int       // the server's HTTP status, when Done
-	// Claimed is when the current delivery claimed the id (Begin): the record's place in
+	// Claimed is when the current delivery wrote its first record (MarkSent; Begin for
+	// one still running here, and for records of earlier versions): the record's place in
 	// the time index, which orders pruning and the in-doubt list.
 	Claimed time.Time
 }
@@ -105,7 +106,7 @@ type Ledger struct {
 
 	mu sync.Mutex
 	// inflight holds the ids being delivered in this process.
-	inflight map[string]claim
+	inflight map[string]delivery
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -138,7 +139,7 @@ func Open(path string, retention time.Duration) (*Ledger, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	l := &Ledger{db: db, commit: groupcommit.New(db), retention: retention, inflight: map[string]claim{}, stop: make(chan struct{})}
+	l := &Ledger{db: db, commit: groupcommit.New(db), retention: retention, inflight: map[string]delivery{}, stop: make(chan struct{})}
 	l.wg.Add(1)
 	go l.pruneLoop()
 	return l, nil
@@ -157,17 +158,18 @@ func (l *Ledger) Close() error {
 }
 
 // Begin claims id for a delivery in this process (nothing is written: see the package
-// comment). It returns Absent when the id is claimed and the caller must deliver and then call Done, Forget or Abandon; otherwise the state
-// that stops the delivery: Done (delivered before), InProgress (a delivery of it is
-// running), InDoubt (an earlier delivery's outcome is unknown). With redeliverInDoubt an
-// in-doubt id is claimed like an absent one.
+// comment). It returns Absent when the id is claimed and the caller must deliver and
+// then call Done, Forget or Abandon; otherwise the state that stops the delivery: Done
+// (delivered before), InProgress (a delivery of it is running), InDoubt (an earlier
+// delivery's outcome is unknown). With redeliverInDoubt an in-doubt id is claimed like an
+// absent one.
 func (l *Ledger) Begin(id string, redeliverInDoubt bool) (Record, error) {
 	l.mu.Lock()
 	if _, ok := l.inflight[id]; ok {
 		l.mu.Unlock()
 		return Record{State: InProgress}, nil
 	}
-	l.inflight[id] = claim{at: time.Now()}
+	l.inflight[id] = delivery{claimed: time.Now()}
 	l.mu.Unlock()
 	var rec Record
 	err := l.db.View(func(tx *bolt.Tx) error {
@@ -257,11 +259,11 @@ func (l *Ledger) Get(id string) (Record, error) {
 		return nil
 	})
 	l.mu.Lock()
-	c, running := l.inflight[id]
+	d, running := l.inflight[id]
 	l.mu.Unlock()
 	switch {
-	case running && !c.recorded:
-		rec = Record{State: Sending, Time: c.at, Claimed: c.at} // claimed here, not written yet
+	case running && !d.recorded:
+		rec = Record{State: Sending, Time: d.claimed, Claimed: d.claimed} // claimed here, not written yet
 	case rec.State == Sent && !running:
 		rec.State = InDoubt
 	}
@@ -304,10 +306,10 @@ func (l *Ledger) release(id string) {
 	l.mu.Unlock()
 }
 
-// claim is a delivery running in this process: since when, and whether it has written
-// its first record (MarkSent, or Done without it).
-type claim struct {
-	at       time.Time
+// delivery is an id being delivered in this process: since when it is claimed, and
+// whether the delivery has written its first record (MarkSent, or Done without it).
+type delivery struct {
+	claimed  time.Time
 	recorded bool
 }
 
@@ -340,9 +342,9 @@ func (l *Ledger) set(id string, rec Record) error {
 		return fmt.Errorf("ledger %s %s: %w", rec.State, id, err)
 	}
 	l.mu.Lock()
-	if c, ok := l.inflight[id]; ok {
-		c.recorded = true
-		l.inflight[id] = c
+	if d, ok := l.inflight[id]; ok {
+		d.recorded = true
+		l.inflight[id] = d
 	}
 	l.mu.Unlock()
 	return nil

@@ -276,7 +276,7 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c.ackTimer.Stop()
 	c.creditTimer = time.AfterFunc(time.Hour, func() { c.releaseCredit(c.srtt() + maxAckDelay) })
 	c.creditTimer.Stop()
-	c.haveTimer = time.AfterFunc(time.Hour, c.sendPendingHave)
+	c.haveTimer = time.AfterFunc(time.Hour, func() { c.sendPendingHave(1) })
 	c.haveTimer.Stop()
 	return c
 }

@@ -68,22 +68,15 @@ func (c *conn) noteHave(id quicgo.StreamID) {
 	}
 }
 
-// flushHave sends the pending HAVE ids ahead of a request the edge writes now, once there
-// are haveFlushMin of them.
-func (c *conn) flushHave() {
+// sendPendingHave sends the pending HAVE ids if there are at least atLeast of them: 1
+// from haveTimer, haveFlushMin ahead of a request the edge writes now.
+func (c *conn) sendPendingHave(atLeast int) {
 	h := &c.haves
 	h.mu.Lock()
-	n := len(h.pending)
-	h.mu.Unlock()
-	if n >= haveFlushMin {
-		c.sendPendingHave()
+	if len(h.pending) < atLeast {
+		h.mu.Unlock()
+		return
 	}
-}
-
-// sendPendingHave sends the pending HAVE ids.
-func (c *conn) sendPendingHave() {
-	h := &c.haves
-	h.mu.Lock()
 	ids := h.pending
 	h.pending = nil
 	h.mu.Unlock()
@@ -93,7 +86,7 @@ func (c *conn) sendPendingHave() {
 		for _, id := range ids[:n] {
 			p = binary.AppendUvarint(p, id)
 		}
-		c.m.haveFrames.WithLabelValues("sent").Inc()
+		c.m.haveSent.Inc()
 		c.sendCtrl(ctrlHave, p)
 		ids = ids[n:]
 	}
@@ -127,7 +120,7 @@ func (c *conn) awaitHave(st *Stream) {
 
 // onHave tells the streams whose ids a HAVE frame lists that the edge has their response.
 func (c *conn) onHave(p []byte) error {
-	c.m.haveFrames.WithLabelValues("received").Inc()
+	c.m.haveReceived.Inc()
 	w := &c.haveWaits
 	for len(p) > 0 {
 		v, k := binary.Uvarint(p)

@@ -127,7 +127,8 @@ type connMetrics struct {
 	copies            *prometheus.CounterVec
 	waitedReports     prometheus.Counter
 	tailProbes        prometheus.Counter
-	haveFrames        *prometheus.CounterVec // by direction
+	haveSent          prometheus.Counter
+	haveReceived      prometheus.Counter
 	name              func(id uint8) string
 
 	mu    sync.Mutex
@@ -164,7 +165,8 @@ func (m *Metrics) conn(peer string, name func(id uint8) string) *connMetrics {
 		copies:            m.copies.MustCurryWith(prometheus.Labels{"peer": peer}),
 		waitedReports:     m.waited.WithLabelValues(peer),
 		tailProbes:        m.tailProbes.WithLabelValues(peer),
-		haveFrames:        m.haves.MustCurryWith(prometheus.Labels{"peer": peer}),
+		haveSent:          m.haves.WithLabelValues(peer, "sent"),
+		haveReceived:      m.haves.WithLabelValues(peer, "received"),
 		nacks:             m.nacks.MustCurryWith(prometheus.Labels{"peer": peer}),
 	}
 }

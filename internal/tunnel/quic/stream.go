@@ -310,7 +310,7 @@ func (st *Stream) CloseWrite() error {
 	}
 	st.wclosed = true
 	st.c.maybeReport()
-	st.c.flushHave()
+	st.c.sendPendingHave(haveFlushMin) // the HAVE ids pending ride along with this message
 	if st.streaming {
 		if st.senc != nil {
 			err := st.senc.Close()
