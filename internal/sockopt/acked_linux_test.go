@@ -17,7 +17,9 @@ func TestBytesAcked(t *testing.T) {
 	for name, pair := range map[string]func(testing.TB) (net.Conn, net.Conn){"tcp": testutil.TCPPair, "tls": testutil.TLSPair} {
 		t.Run(name, func(t *testing.T) {
 			c, s := pair(t)
-			go func() { _, _ = io.Copy(io.Discard, s) }()
+			done := make(chan struct{})
+			go func() { defer close(done); _, _ = io.Copy(io.Discard, s) }()
+			t.Cleanup(func() { _ = s.Close(); <-done }) // before goleak looks
 			before, err := BytesAcked(c)
 			require.NoError(t, err)
 			const n = 256 << 10
