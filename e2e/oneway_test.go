@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -351,4 +352,84 @@ func TestOneWayLeavesOtherOperationsSynchronous(t *testing.T) {
 		require.Equal(t, string(want), string(got))
 	}
 	require.Zero(t, metricSum(t, edge.admin, "soapgw_oneway_accepted_total"))
+}
+
+// TestOneWayBacklogLeavesStreamsForCalls: a spool's deliveries never take the streams a
+// client's call needs. With one tunnel connection of 16 streams and a server that holds
+// every one-way message, the deliveries fill 15 of them (tunnel.BulkLimit) and stay
+// there; synchronous calls still run at once, byte for byte, beside the stuck backlog.
+// Before the limit the deliveries took all 16 and such a call waited for one to end.
+func TestOneWayBacklogLeavesStreamsForCalls(t *testing.T) {
+	release := make(chan struct{})
+	var held atomic.Int32
+	var mu sync.Mutex
+	received := map[int]int{}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("SOAPAction") != "urn:events#Notify" {
+			ccEchoHandler(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if m := owIDRE.FindSubmatch(body); err == nil && m != nil {
+			id, _ := strconv.Atoi(string(m[1]))
+			mu.Lock()
+			received[id]++
+			mu.Unlock()
+		}
+		held.Add(1)
+		defer held.Add(-1)
+		select { // the server's work, until the test lets it go
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	a := newPairAddrs(t)
+	originCfg, edgeCfg, _ := owConfigs(t, a, up.URL, a.Tunnel, "tcp", "    deliveries: 40\n")
+	originCfg = strings.Replace(originCfg, "origin:\n", "origin:\n  max_streams: 16\n", 1)
+	edgeCfg = strings.Replace(edgeCfg, "      connections: 2\n", "      connections: 1\n      max_connections: 1\n", 1)
+	startGateway(t, a.OriginAdmin, originCfg)
+	edge := startGateway(t, a.EdgeAdmin, edgeCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const messages = 40
+	for id := range messages {
+		got, err := ccRaw10(ctx, a.Edge, "/svc", "urn:events#Notify", owBody(id))
+		require.NoError(t, err)
+		require.Contains(t, string(got), " 202 ", "acknowledged from the spool")
+	}
+	const bulkLimit = 15 // tunnel.BulkLimit(16)
+	require.Eventually(t, func() bool { return held.Load() == bulkLimit }, 30*time.Second, 10*time.Millisecond,
+		"deliveries in flight: %d", held.Load())
+
+	callCtx, callCancel := context.WithTimeout(ctx, 20*time.Second)
+	defer callCancel()
+	for k := range 5 {
+		body := ccBody(1, k)
+		action := fmt.Sprintf("urn:call-%d", k)
+		got, err := ccRaw10(callCtx, a.Edge, "/svc", action, body)
+		require.NoError(t, err, "a call beside the stuck backlog")
+		want, err := ccRaw10(callCtx, up.Listener.Addr().String(), "/svc", action, body)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	}
+	require.EqualValues(t, bulkLimit, held.Load(), "the deliveries never took the calls' streams")
+
+	close(release)
+	awaitSpoolEmpty(t, edge.admin, 60*time.Second)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, received, messages)
+	for id, n := range received {
+		require.Equal(t, 1, n, "message %d delivered %d times", id, n)
+	}
 }

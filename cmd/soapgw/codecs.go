@@ -82,7 +82,12 @@ type peerOpener struct {
 }
 
 func (o peerOpener) OpenStream(ctx context.Context) (proxy.Stream, error) {
-	return o.peer.open(ctx, o.enc)
+	return o.peer.open(ctx, o.enc, false)
+}
+
+// OpenBulkStream opens a stream for a one-way delivery (proxy.BulkOpener).
+func (o peerOpener) OpenBulkStream(ctx context.Context) (proxy.Stream, error) {
+	return o.peer.open(ctx, o.enc, true)
 }
 
 // divertingOpener is the opener of a UDP peer with fallback tcp: a proxy.Diverter, so the

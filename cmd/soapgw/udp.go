@@ -26,14 +26,19 @@ import (
 type tunnelPeer interface {
 	Ready() bool
 	Close() error
-	// open opens an exchange; enc overrides the peer's codec policy when not nil.
-	open(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, error)
+	// open opens an exchange; enc overrides the peer's codec policy when not nil. A bulk
+	// one (a one-way delivery) never takes the last thirty-second of a connection's streams.
+	open(ctx context.Context, enc tunnel.Encoding, bulk bool) (proxy.Stream, error)
 }
 
 type tcpPeer struct{ *tunnel.Peer }
 
-func (p tcpPeer) open(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, error) {
-	st, err := p.OpenStream(ctx)
+func (p tcpPeer) open(ctx context.Context, enc tunnel.Encoding, bulk bool) (proxy.Stream, error) {
+	open := p.OpenStream
+	if bulk {
+		open = p.OpenBulkStream
+	}
+	st, err := open(ctx)
 	if err != nil {
 		return nil, err // a nil *tunnel.Stream must not become a non-nil interface
 	}
@@ -45,8 +50,12 @@ func (p tcpPeer) open(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, e
 
 type udpPeer struct{ *quictun.Peer }
 
-func (p udpPeer) open(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, error) {
-	st, err := p.OpenStream(ctx)
+func (p udpPeer) open(ctx context.Context, enc tunnel.Encoding, bulk bool) (proxy.Stream, error) {
+	open := p.OpenStream
+	if bulk {
+		open = p.OpenBulkStream
+	}
+	st, err := open(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -77,13 +86,13 @@ func (p *fallbackPeer) Close() error {
 	return p.tcp.Close()
 }
 
-func (p *fallbackPeer) open(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, error) {
+func (p *fallbackPeer) open(ctx context.Context, enc tunnel.Encoding, bulk bool) (proxy.Stream, error) {
 	use, via := p.udp, config.TransportUDP
 	if !p.udp.Ready() && p.tcp.Ready() {
 		use, via = p.tcp, config.TransportTCP
 	}
 	p.note(via)
-	return use.open(ctx, enc)
+	return use.open(ctx, enc, bulk)
 }
 
 // openDiverted opens a stream to collect a response the origin diverted to the TCP
@@ -91,9 +100,9 @@ func (p *fallbackPeer) open(ctx context.Context, enc tunnel.Encoding) (proxy.Str
 // origin holds the response for whichever comes).
 func (p *fallbackPeer) openDiverted(ctx context.Context, enc tunnel.Encoding) (proxy.Stream, error) {
 	if p.tcp.Ready() {
-		return p.tcp.open(ctx, enc)
+		return p.tcp.open(ctx, enc, false)
 	}
-	return p.udp.open(ctx, enc)
+	return p.udp.open(ctx, enc, false)
 }
 
 // note records which transport carries the traffic now.

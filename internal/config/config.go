@@ -228,6 +228,9 @@ type EdgeOneWay struct {
 	// most 32 MiB of them): a link carries at most this many per round trip.
 	// The origin sends at most its one_way.max_concurrent of them to the
 	// server at once. 1 to 4096. Default: 1024 (what fills a lossy GPRS link).
+	// Deliveries never take the last thirty-second of a tunnel connection's
+	// streams (origin.max_streams), which stay free for synchronous calls:
+	// beyond that they wait for one of theirs to end.
 	Deliveries int `yaml:"deliveries"`
 	// Ordered delivers one message at a time per upstream, in the order
 	// the edge accepted them. Default: false.

@@ -32,6 +32,14 @@ type BulkStream interface {
 	SetBulk()
 }
 
+// BulkOpener is an Opener that opens streams for messages nobody waits on (one-way
+// deliveries; the stream is a BulkStream, already marked) apart from the ones ordinary
+// exchanges need: the tunnels keep a thirty-second of each connection's streams free of them,
+// so a spool's backlog never makes a client's call wait for a stream.
+type BulkOpener interface {
+	OpenBulkStream(ctx context.Context) (Stream, error)
+}
+
 // DeliveryNotifier is a Stream that can tell when the peer acknowledged decoding the
 // message this side wrote on it (tunnel streams, for coded messages: AfterDelivered). The
 // origin forgets a held response then.

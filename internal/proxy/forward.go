@@ -307,15 +307,12 @@ func (f *forwarder) deliver(ctx context.Context, q queued, g groupKey) deliveryR
 	deadline := time.Now().Add(f.e.limits().ExchangeTimeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	st, err := opener.OpenStream(ctx)
+	st, err := openBulk(ctx, opener)
 	if err != nil {
 		r.reason = fmt.Sprintf("origin %q unreachable: %v", g.peer, err)
 		return r
 	}
 	defer st.Close()
-	if b, ok := st.(BulkStream); ok {
-		b.SetBulk() // a delivery from the spool: nobody waits on it
-	}
 	stop := context.AfterFunc(ctx, func() { _ = st.Close() })
 	defer stop()
 	_ = st.SetDeadline(deadline)
@@ -366,6 +363,21 @@ func (f *forwarder) deliver(ctx context.Context, q queued, g groupKey) deliveryR
 		r.answer = append(httpwire.AppendResponseHead(nil, resp.ProtoMinor, resp.Status, resp.Reason, resp.Header), body...)
 	}
 	return r
+}
+
+// openBulk opens the stream of a delivery from the spool: nobody waits on it.
+func openBulk(ctx context.Context, o Opener) (Stream, error) {
+	if bo, ok := o.(BulkOpener); ok {
+		return bo.OpenBulkStream(ctx)
+	}
+	st, err := o.OpenStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b, ok := st.(BulkStream); ok {
+		b.SetBulk()
+	}
+	return st, nil
 }
 
 // drainBody reads the rest of a message (bounded by the stream's deadline), so the

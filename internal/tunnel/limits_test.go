@@ -459,3 +459,43 @@ func TestPingFloodClosesSession(t *testing.T) {
 		}
 	})
 }
+
+// TestBulkStreamsLeaveRoom: bulk streams (one-way deliveries) fill a session only up to
+// BulkLimit of the peer's max_streams; the rest stays open to ordinary exchanges.
+func TestBulkStreamsLeaveRoom(t *testing.T) {
+	for _, tc := range []struct{ max, bulk uint32 }{{1024, 992}, {64, 62}, {16, 15}, {8, 7}, {2, 1}, {1, 1}, {0, 1}} {
+		require.Equal(t, tc.bulk, BulkLimit(tc.max), "max_streams %d", tc.max)
+	}
+	c, s := sessionPair(t, tcpPair, nil, &Config{MaxStreams: 16})
+	echoServer(t, s)
+	ctx := context.Background()
+	var bulk []*Stream
+	for range BulkLimit(16) {
+		st, err := c.OpenBulkStream(ctx)
+		require.NoError(t, err)
+		require.True(t, st.bulk, "opened as bulk")
+		bulk = append(bulk, st)
+	}
+	_, err := c.OpenBulkStream(ctx)
+	require.ErrorIs(t, err, ErrStreamLimit, "no bulk stream beyond the bulk limit")
+	var ordinary []*Stream
+	for range 16 - BulkLimit(16) {
+		st, err := c.OpenStream(ctx)
+		require.NoError(t, err, "ordinary exchanges keep their room")
+		ordinary = append(ordinary, st)
+	}
+	_, err = c.OpenStream(ctx)
+	require.ErrorIs(t, err, ErrStreamLimit)
+	// The limit counts every stream: with the ordinary ones gone and one bulk stream
+	// ended, one bulk stream opens again.
+	for _, st := range append(ordinary, bulk[0]) {
+		require.NoError(t, st.Close())
+	}
+	require.Eventually(t, func() bool {
+		st, err := c.OpenBulkStream(ctx)
+		if err == nil {
+			_ = st.Close()
+		}
+		return err == nil
+	}, 10*time.Second, time.Millisecond, "a freed stream takes a bulk stream again")
+}

@@ -448,20 +448,7 @@ func TestPeerCloseStopsGoroutines(t *testing.T) {
 // extra session closes again; the kept one stays.
 func TestPeerExtraSessionAtStreamLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := newPipeListener()
-		srv := NewServer(ServerConfig{Session: &Config{MaxStreams: 2, KeepaliveInterval: 0}}, nil, nil, echoHandler)
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
-		var dials atomic.Int32
-		m := NewMetrics(nil)
-		p := NewPeer(context.Background(), PeerConfig{Name: "origin", Address: "pipe", Connections: 1, MaxConnections: 2,
-			Dial: func(context.Context, string) (net.Conn, error) {
-				dials.Add(1)
-				return ln.dial()
-			},
-			Session: &Config{KeepaliveInterval: 0}}, m, nil)
-		synctest.Wait()
-		require.True(t, p.Ready())
+		p, m, dials := pipePeer(t, 2)
 		var held []*Stream
 		for range 2 {
 			st, err := p.OpenStream(context.Background())
@@ -508,11 +495,82 @@ func TestPeerExtraSessionAtStreamLimit(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []byte("re:after"), got)
 
+	})
+}
+
+// TestPeerBulkStreamsWaitForRoom: bulk streams fill a session up to its bulk limit and
+// then wait for one of them to end: no extra session is dialled for them, and an
+// ordinary exchange still opens at once on the streams left.
+func TestPeerBulkStreamsWaitForRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, m, dials := pipePeer(t, 16)
+		ctx := context.Background()
+		var held []*Stream
+		for range BulkLimit(16) {
+			st, err := p.OpenBulkStream(ctx)
+			require.NoError(t, err)
+			held = append(held, st)
+		}
+
+		waited := make(chan error, 1)
+		var late *Stream
+		go func() {
+			var err error
+			late, err = p.OpenBulkStream(ctx)
+			waited <- err
+		}()
+		synctest.Wait()
+		select {
+		case err := <-waited:
+			t.Fatalf("a bulk stream opened beyond the bulk limit (err %v)", err)
+		default:
+		}
+		require.Equal(t, int32(1), dials.Load(), "no extra session for bulk streams")
+		st, err := p.OpenStream(ctx)
+		require.NoError(t, err, "an ordinary exchange opens at once")
+		got, err := exchangeOn(st, []byte("urgent"))
+		require.NoError(t, err)
+		require.Equal(t, []byte("re:urgent"), got)
+		require.Zero(t, testutil.ToFloat64(m.streamWaits.WithLabelValues("origin", "ok")), "bulk waits are not stream waits")
+
+		got, err = exchangeOn(held[0], []byte("bulk"))
+		require.NoError(t, err)
+		require.Equal(t, []byte("re:bulk"), got)
+		synctest.Wait()
+		require.NoError(t, <-waited, "the waiting bulk open took the freed stream")
+		require.Equal(t, int32(1), dials.Load())
+
+		for _, h := range append(held[1:], late) {
+			_ = h.Close()
+		}
+	})
+}
+
+// pipePeer starts, in a synctest bubble, a tunnel server whose sessions allow
+// maxStreams and a peer of one kept session (two at most) dialling it over pipes; both
+// stop when the test ends. dials counts the peer's dials.
+func pipePeer(t *testing.T, maxStreams uint32) (p *Peer, m *Metrics, dials *atomic.Int32) {
+	ln := newPipeListener()
+	srv := NewServer(ServerConfig{Session: &Config{MaxStreams: maxStreams, KeepaliveInterval: 0}}, nil, nil, echoHandler)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	dials = new(atomic.Int32)
+	m = NewMetrics(nil)
+	p = NewPeer(context.Background(), PeerConfig{Name: "origin", Address: "pipe", Connections: 1, MaxConnections: 2,
+		Dial: func(context.Context, string) (net.Conn, error) {
+			dials.Add(1)
+			return ln.dial()
+		},
+		Session: &Config{KeepaliveInterval: 0}}, m, nil)
+	t.Cleanup(func() {
 		require.NoError(t, p.Close())
 		require.NoError(t, ln.Close())
 		require.NoError(t, srv.Shutdown(context.Background()))
 		require.NoError(t, <-served)
 	})
+	synctest.Wait()
+	require.True(t, p.Ready())
+	return p, m, dials
 }
 
 // TestPeerWaitingCallCutsBackoffShort: after a cut, a slot whose dials failed sits in a

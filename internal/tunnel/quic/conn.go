@@ -105,7 +105,9 @@ type conn struct {
 	nextAccept quicgo.StreamID // origin: streams below were accepted
 	early      int             // origin: exchanges started from a copy, stream not yet here
 	maxStreams int64
-	serve      func(*Stream) // origin: runs an exchange started from a copy
+	// streamFreed runs when a stream ends (edge: wakes OpenBulkStream calls waiting).
+	streamFreed func()
+	serve       func(*Stream) // origin: runs an exchange started from a copy
 	// served are the origin's open exchanges by stream id (guarded by regMu), for an
 	// edge's ABANDON to find.
 	served map[quicgo.StreamID]*Stream

@@ -152,6 +152,8 @@ type pairOptions struct {
 	divert bool
 	// originFilter gives the origin a droppable socket (originSock) even without delay.
 	originFilter bool
+	// maxStreams is the origin's stream limit per connection (0: the default).
+	maxStreams int64
 }
 
 func newPair(t testing.TB, o pairOptions) *pair {
@@ -201,7 +203,7 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	if os.Getenv("QUIC_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window, BulkWindow: o.bulkWindow}, m, log,
+	p.srv = NewServer(ServerConfig{Session: sess, TLS: auth.TLSConfig(ALPN), Verify: auth.VerifyEdge, SequencedWindow: o.window, BulkWindow: o.bulkWindow, MaxStreams: o.maxStreams}, m, log,
 		func(ctx context.Context, st *Stream) { (*p.handler.Load())(ctx, st) })
 	echo := Handler(echoHandler)
 	p.handler.Store(&echo)

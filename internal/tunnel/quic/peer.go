@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	quicgo "github.com/quic-go/quic-go"
@@ -73,8 +74,10 @@ type Peer struct {
 
 	mu      sync.Mutex
 	conns   []*conn
-	changed chan struct{} // closed and replaced when conns change
+	changed chan struct{} // closed and replaced when conns change (or a stream frees for bulkWaiters)
 	lastErr error
+
+	bulkWaiters atomic.Int32 // OpenBulkStream calls waiting for a connection under its bulk limit
 }
 
 // NewPeer starts the connection slots; they run until Close or ctx ends.
@@ -139,7 +142,15 @@ func (p *Peer) RTT() time.Duration {
 // waits for one until ctx ends or DialTimeout passes, then fails with tunnel.ErrNoPeer
 // and the last dial error. When the origin's stream credit is used up it waits for a slot
 // (backpressure), bounded by ctx.
-func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
+func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) { return p.openStream(ctx, false) }
+
+// OpenBulkStream opens an exchange nobody waits on (a one-way delivery; the stream is
+// SetBulk) on a connection with fewer streams than tunnel.BulkLimit of the origin's
+// limit, waiting (bounded by ctx) for one to free otherwise: bulk streams never take the
+// thirty-second of the streams left to exchanges someone waits on, however many a spool has.
+func (p *Peer) OpenBulkStream(ctx context.Context) (*Stream, error) { return p.openStream(ctx, true) }
+
+func (p *Peer) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 	var wait *time.Timer // made only when no connection is up: most calls find one
 	defer func() {
 		if wait != nil {
@@ -149,8 +160,16 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 	for {
 		p.mu.Lock()
 		var best *conn
+		atLimit := false
 		for _, c := range p.conns {
-			if c.alive() && (best == nil || c.streams.Load() < best.streams.Load()) {
+			if !c.alive() {
+				continue
+			}
+			if bulk && c.streams.Load() >= c.bulkLimit() {
+				atLimit = true
+				continue
+			}
+			if best == nil || c.streams.Load() < best.streams.Load() {
 				best = c
 			}
 		}
@@ -160,6 +179,7 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 			qs, err := best.qc.OpenStreamSync(ctx)
 			if err == nil {
 				st := newStream(best, qs, nil)
+				st.bulk = bulk
 				best.opened(st)
 				return st, nil
 			}
@@ -167,6 +187,24 @@ func (p *Peer) OpenStream(ctx context.Context) (*Stream, error) {
 				return nil, err
 			}
 			continue // the connection went down meanwhile: try another
+		}
+		if atLimit {
+			// Every connection is up to its bulk limit: wait for a stream to end
+			// (streamFreed), bounded by ctx alone, like a wait at the stream limit.
+			p.bulkWaiters.Add(1)
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			case <-p.ctx.Done():
+			}
+			p.bulkWaiters.Add(-1)
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("%w: every UDP tunnel connection to %q had its bulk streams at the limit until the exchange's deadline: %w", tunnel.ErrStreamLimit, p.cfg.Name, err)
+			}
+			if p.ctx.Err() != nil {
+				return nil, tunnel.ErrSessionClosed
+			}
+			continue
 		}
 		if wait == nil {
 			wait = time.NewTimer(p.cfg.DialTimeout)
@@ -192,6 +230,19 @@ func (p *Peer) Close() error {
 	p.cancel()
 	p.wg.Wait()
 	return nil
+}
+
+// bulkLimit is how many exchanges bulk streams may fill on an edge's connection:
+// tunnel.BulkLimit of the origin's stream limit, less the control stream, which QUIC's
+// stream credit counts with the exchanges.
+func (c *conn) bulkLimit() int64 { return max(int64(tunnel.BulkLimit(c.peer.MaxStreams))-1, 1) }
+
+// streamFreed wakes the OpenBulkStream calls waiting for a connection under its bulk
+// limit (it runs when an edge stream ends; nothing to do while none waits).
+func (p *Peer) streamFreed() {
+	if p.bulkWaiters.Load() > 0 {
+		p.setConns(func(cs []*conn) []*conn { return cs }, nil)
+	}
 }
 
 func (p *Peer) setConns(f func([]*conn) []*conn, err error) {
@@ -304,6 +355,7 @@ func (p *Peer) connect() (*conn, net.PacketConn, error) {
 		return fail(fmt.Errorf("dial %s: %w", p.cfg.Address, err))
 	}
 	c := newConn(qc, p.session, p.m, p.cfg.Name, p.log)
+	c.streamFreed = p.streamFreed
 	c.redundancy = p.cfg.Redundancy
 	c.divert = p.cfg.Divert
 	c.window.fixed = uint64(max(p.cfg.SequencedWindow, 0))

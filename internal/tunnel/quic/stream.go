@@ -779,6 +779,9 @@ func (st *Stream) Close() error {
 	}
 	st.c.streams.Add(-1)
 	st.c.m.streams.Dec()
+	if st.c.streamFreed != nil {
+		st.c.streamFreed()
+	}
 	if st.server {
 		st.c.holdCredit(st.qs)
 	}
