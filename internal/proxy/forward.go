@@ -75,11 +75,12 @@ const (
 )
 
 type deliveryResult struct {
-	msg     queued
-	group   groupKey
-	outcome deliveryOutcome
-	reason  string
-	answer  []byte // the server's response (head and the start of the body), for dead letters
+	msg      queued
+	accepted time.Time // when the edge acknowledged the message (its spool record)
+	group    groupKey
+	outcome  deliveryOutcome
+	reason   string
+	answer   []byte // the server's response (head and the start of the body), for dead letters
 }
 
 // maxDeadAnswer bounds the server's answer kept with a dead letter.
@@ -242,6 +243,7 @@ func (f *forwarder) settle(r deliveryResult) {
 			m.WithLabelValues("duplicate").Inc()
 		} else {
 			m.WithLabelValues("delivered").Inc()
+			f.e.m.oneWay.delay.Observe(time.Since(r.accepted).Seconds())
 		}
 		f.delivered = append(f.delivered, r.msg.seq)
 		return
@@ -299,6 +301,7 @@ func (f *forwarder) deliver(ctx context.Context, q queued, g groupKey) deliveryR
 		r.reason = err.Error()
 		return r
 	}
+	r.accepted = msg.Accepted
 	opener := f.openerFor(g)
 	if opener == nil {
 		r.reason = fmt.Sprintf("no route to peer %q and upstream %q in the configuration", g.peer, g.upstream)

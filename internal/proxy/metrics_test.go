@@ -21,6 +21,7 @@ var metricNames = []string{
 	"soapgw_gateway_errors_total",
 	"soapgw_http_bytes_total",
 	"soapgw_oneway_deliveries_total",
+	"soapgw_oneway_delivery_delay_seconds",
 	"soapgw_oneway_oldest_age_seconds",
 	"soapgw_oneway_rejected_total",
 	"soapgw_oneway_spool",

@@ -15,8 +15,13 @@ type oneWayMetrics struct {
 	deliveries *prometheus.CounterVec // edge, by result
 	spooled    *prometheus.GaugeVec   // edge: messages, bytes, dead_letters
 	oldestAge  prometheus.Gauge       // edge
+	delay      prometheus.Histogram   // edge: acknowledged -> delivered
 	origin     *prometheus.CounterVec // origin, by result
 }
+
+// oneWayDelayBuckets span a delivery on a fast link (milliseconds) to one held by an
+// outage of an hour.
+var oneWayDelayBuckets = []float64{0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // oneWayEdgeResults are the results of one delivery attempt as the edge's forwarder sees
 // them.
@@ -48,6 +53,11 @@ func newOneWayMetrics() *oneWayMetrics {
 			Name: "soapgw_oneway_oldest_age_seconds",
 			Help: "Age of the oldest pending message in the edge's one-way spool (0 when empty).",
 		}),
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "soapgw_oneway_delivery_delay_seconds",
+			Help:    "Time from the edge's acknowledgement of a one-way message to the server's acceptance of it, of messages delivered (retries and outages included).",
+			Buckets: oneWayDelayBuckets,
+		}),
 		origin: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "soapgw_origin_oneway_total",
 			Help: "One-way deliveries at the origin by result: delivered, not_taken (the server answered 408/429/502/503/504), not_sent (failed before the whole request reached the server), in_doubt (sent whole, no answer), ledger_error, or the refusal's cause (already_delivered: a duplicate suppressed, delivery_in_progress, delivery_in_doubt, one_way_off, internal).",
@@ -69,7 +79,7 @@ func newOneWayMetrics() *oneWayMetrics {
 }
 
 func (m *oneWayMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.accepted, m.rejected, m.deliveries, m.spooled, m.oldestAge, m.origin}
+	return []prometheus.Collector{m.accepted, m.rejected, m.deliveries, m.spooled, m.oldestAge, m.delay, m.origin}
 }
 
 // observe sets the spool gauges.

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/envelope"
@@ -86,6 +87,12 @@ func TestOneWayAcknowledgesAtOnceAndDeliversOnce(t *testing.T) {
 	require.Equal(t, n, env.spool.Stats().Messages, "acknowledged before the server answered any")
 	close(release)
 	waitFor(t, "every message delivered", func() bool { return env.spool.Stats().Messages == 0 })
+	// Each delivered message's delay, from its acceptance to the server's answer, is
+	// observed once.
+	var delay dto.Metric
+	require.NoError(t, env.edge.m.oneWay.delay.Write(&delay))
+	require.EqualValues(t, n, delay.GetHistogram().GetSampleCount())
+	require.Positive(t, delay.GetHistogram().GetSampleSum())
 	got := env.up.requests()
 	require.Len(t, got, n)
 	seen := map[string]int{}
