@@ -213,7 +213,18 @@ func (p *Peer) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 			wait = time.NewTimer(p.cfg.DialTimeout)
 		}
 		dialWait := wait.C
+		p.waiters.Add(1)
 		if atLimit {
+			// The wait counts before this second look at the sessions: a stream that
+			// ends after it signals, one that ended before is seen here.
+			room := false
+			for _, s := range p.sessionsSnapshot() {
+				room = room || s.hasRoom(bulk)
+			}
+			if room {
+				p.waiters.Add(-1)
+				continue
+			}
 			waitedAtLimit = true
 			dialWait = nil
 			if !bulk {
@@ -222,7 +233,6 @@ func (p *Peer) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 		} else {
 			p.kickSlots()
 		}
-		p.waiters.Add(1)
 		var why error
 		select {
 		case <-changed:

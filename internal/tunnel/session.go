@@ -349,6 +349,25 @@ func BulkLimit(maxStreams uint32) uint32 {
 	return maxStreams - max(maxStreams/32, 1)
 }
 
+// hasRoom reports whether the session would take a stream (a bulk one: below BulkLimit)
+// from Peer.OpenStream now: it is up, not draining, and under the peer's limit.
+func (s *Session) hasRoom(bulk bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return context.Cause(s.ctx) == nil && !s.goAwayRecv && !s.goAwaySent && s.usedLocked() < s.limitLocked(bulk)
+}
+
+// usedLocked is the streams that count against the peer's limit. s.mu is held.
+func (s *Session) usedLocked() uint32 { return uint32(len(s.streams) - s.lingering + s.numOpen) }
+
+// limitLocked is the peer's stream limit, or its bulk limit. s.mu is held.
+func (s *Session) limitLocked(bulk bool) uint32 {
+	if bulk {
+		return BulkLimit(s.peer.MaxStreams)
+	}
+	return s.peer.MaxStreams
+}
+
 func (s *Session) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -361,11 +380,7 @@ func (s *Session) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 	if s.goAwayRecv {
 		return nil, &refusedError{ErrGoAway}
 	}
-	limit := s.peer.MaxStreams
-	if bulk {
-		limit = BulkLimit(limit)
-	}
-	if uint32(len(s.streams)-s.lingering+s.numOpen) >= limit {
+	if s.usedLocked() >= s.limitLocked(bulk) {
 		return nil, &refusedError{ErrStreamLimit}
 	}
 	s.numOpen++

@@ -190,12 +190,23 @@ func (p *Peer) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 		}
 		if atLimit {
 			// Every connection is up to its bulk limit: wait for a stream to end
-			// (streamFreed), bounded by ctx alone, like a wait at the stream limit.
+			// (streamFreed), bounded by ctx alone, like a wait at the stream limit. The
+			// wait counts before the second look, so a stream that ends after that look
+			// wakes it, and one that ended before is seen by it.
 			p.bulkWaiters.Add(1)
-			select {
-			case <-changed:
-			case <-ctx.Done():
-			case <-p.ctx.Done():
+			p.mu.Lock()
+			changed = p.changed
+			room := false
+			for _, c := range p.conns {
+				room = room || (c.alive() && c.streams.Load() < c.bulkLimit())
+			}
+			p.mu.Unlock()
+			if !room {
+				select {
+				case <-changed:
+				case <-ctx.Done():
+				case <-p.ctx.Done():
+				}
 			}
 			p.bulkWaiters.Add(-1)
 			if err := ctx.Err(); err != nil {
