@@ -349,6 +349,9 @@ type client struct {
 
 func (c *client) send(raw string) {
 	c.t.Helper()
+	// Each exchange gets testDeadline: a test of thousands of calls on one connection
+	// (-race on a loaded host) outlasts one deadline for the connection.
+	_ = c.c.SetDeadline(time.Now().Add(testDeadline))
 	_, err := io.WriteString(c.c, raw)
 	require.NoError(c.t, err)
 }
