@@ -92,8 +92,10 @@ func (c *conn) sendPendingHave(atLeast int) {
 	}
 }
 
-// awaitHave records, at an origin whose edge sends HAVE, a response sent on st that no
-// ACK will cover.
+// awaitHave records, at an origin whose edge sends HAVE, a response about to be sent on
+// st that no ACK will cover. It runs before the response's last bytes go: the edge may
+// read them and report them in a HAVE that the control stream's reader takes before this
+// goroutine runs again (a loaded host), and a HAVE for an id not recorded is ignored.
 func (c *conn) awaitHave(st *Stream) {
 	if !c.peer.Have {
 		return
@@ -116,6 +118,14 @@ func (c *conn) awaitHave(st *Stream) {
 	id := st.qs.StreamID()
 	w.byID[id] = st
 	w.order = append(w.order, haveEntry{id, now})
+}
+
+// forgetHave drops what awaitHave recorded for st, whose response did not go.
+func (c *conn) forgetHave(st *Stream) {
+	w := &c.haveWaits
+	w.mu.Lock()
+	delete(w.byID, st.qs.StreamID())
+	w.mu.Unlock()
 }
 
 // onHave tells the streams whose ids a HAVE frame lists that the edge has their response.

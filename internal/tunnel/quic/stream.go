@@ -324,12 +324,14 @@ func (st *Stream) CloseWrite() error {
 			}
 			st.c.m.message("sent", st.c.streamOut.ID(), modeStreamed, st.sraw, st.sw.coded)
 		}
+		if st.server {
+			st.c.awaitHave(st) // a streamed message: no ACK covers it (before its end goes: see awaitHave)
+		}
 		err := st.qs.Close()
 		if err == nil {
 			st.c.prober.sent(st, false)
-			if st.server {
-				st.c.awaitHave(st) // a streamed message: no ACK covers it
-			}
+		} else if st.server {
+			st.c.forgetHave(st)
 		}
 		return st.mapErr(err)
 	}
@@ -350,6 +352,10 @@ func (st *Stream) CloseWrite() error {
 	if st.server {
 		st.c.releaseCredit(st.c.creditRipe())
 	}
+	awaited := st.server && !h.sequenced()
+	if awaited {
+		st.c.awaitHave(st) // no ACK covers it (before it goes: see awaitHave)
+	}
 	var err error
 	switch hook := testWriteHook.Load(); {
 	case hook != nil:
@@ -365,6 +371,9 @@ func (st *Stream) CloseWrite() error {
 	}
 	if err != nil && h.sequenced() {
 		st.c.lost(h.Seq)
+	}
+	if err != nil && awaited {
+		st.c.forgetHave(st)
 	}
 	copied := false
 	if err == nil && st.c.copiesOn() && len(b) <= maxCopy {
@@ -382,9 +391,6 @@ func (st *Stream) CloseWrite() error {
 	}
 	if err == nil {
 		st.c.prober.sent(st, copied)
-		if st.server && !h.sequenced() {
-			st.c.awaitHave(st) // no ACK covers it
-		}
 	}
 	return st.mapErr(err)
 }
