@@ -31,16 +31,7 @@ func serveEach(s *Session, serve func(st *Stream)) {
 // echoServer answers each stream with its request prefixed by "re:".
 func echoServer(t *testing.T, s *Session) {
 	t.Helper()
-	serveEach(s, func(st *Stream) {
-		defer st.Close()
-		b, err := io.ReadAll(st)
-		if err != nil {
-			return
-		}
-		_, _ = st.Write([]byte("re:"))
-		_, _ = st.Write(b)
-		_ = st.CloseWrite()
-	})
+	serveEach(s, func(st *Stream) { echoHandler(context.Background(), st) })
 }
 
 func exchange(ctx context.Context, s *Session, msg []byte) ([]byte, error) {

@@ -34,12 +34,7 @@ func TestUDPAfterDelivered(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			const sequential = 30
-			for i := range sequential {
-				req := soapMessage(i, 700)
-				resp, err := p.call(ctx, req)
-				require.NoError(t, err)
-				require.Equal(t, append([]byte("echo:"), req...), resp)
-			}
+			p.echoCalls(t, ctx, 0, sequential, 700)
 			// 16 at once: they share the lane; those that find it busy go stateless.
 			p.callConcurrently(t, ctx, 16, 10, func(w, i int) []byte { return soapMessage(w*1000+i, 300+w*97) })
 			const total = sequential + 16*10

@@ -379,6 +379,18 @@ func (p *pair) callAsync(ctx context.Context, req []byte) chan error {
 
 // callConcurrently runs workers callers of calls exchanges each; caller w's call i sends
 // msg(w, i) and must get its own echo back. It fails the test on any error.
+// echoCalls makes n sequential calls of soapMessage(first+i, size) and checks each
+// echoed answer byte for byte.
+func (p *pair) echoCalls(t testing.TB, ctx context.Context, first, n, size int) {
+	t.Helper()
+	for i := range n {
+		req := soapMessage(first+i, size)
+		resp, err := p.call(ctx, req)
+		require.NoError(t, err, "call %d", first+i)
+		require.Equal(t, append([]byte("echo:"), req...), resp, "call %d", first+i)
+	}
+}
+
 func (p *pair) callConcurrently(t testing.TB, ctx context.Context, workers, calls int, msg func(w, i int) []byte) {
 	t.Helper()
 	var wg sync.WaitGroup

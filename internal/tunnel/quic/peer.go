@@ -165,7 +165,7 @@ func (p *Peer) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 			if !c.alive() {
 				continue
 			}
-			if bulk && c.streams.Load() >= c.bulkLimit() {
+			if bulk && !c.bulkRoom() {
 				atLimit = true
 				continue
 			}
@@ -198,7 +198,7 @@ func (p *Peer) openStream(ctx context.Context, bulk bool) (*Stream, error) {
 			changed = p.changed
 			room := false
 			for _, c := range p.conns {
-				room = room || (c.alive() && c.streams.Load() < c.bulkLimit())
+				room = room || (c.alive() && c.bulkRoom())
 			}
 			p.mu.Unlock()
 			if !room {
@@ -243,10 +243,12 @@ func (p *Peer) Close() error {
 	return nil
 }
 
-// bulkLimit is how many exchanges bulk streams may fill on an edge's connection:
-// tunnel.BulkLimit of the origin's stream limit, less the control stream, which QUIC's
-// stream credit counts with the exchanges.
-func (c *conn) bulkLimit() int64 { return max(int64(tunnel.BulkLimit(c.peer.MaxStreams))-1, 1) }
+// bulkRoom reports whether an edge's connection takes another bulk stream: its exchanges
+// are under tunnel.BulkLimit of the origin's stream limit, less the control stream, which
+// QUIC's stream credit counts with the exchanges.
+func (c *conn) bulkRoom() bool {
+	return c.streams.Load() < max(int64(tunnel.BulkLimit(c.peer.MaxStreams))-1, 1)
+}
 
 // streamFreed wakes the OpenBulkStream calls waiting for a connection under its bulk
 // limit (it runs when an edge stream ends; nothing to do while none waits).

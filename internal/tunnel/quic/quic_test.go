@@ -27,12 +27,7 @@ func TestUDPExchangeSequential(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const n = 200
-	for i := range n {
-		req := soapMessage(i, 700)
-		resp, err := p.call(ctx, req)
-		require.NoError(t, err, "call %d", i)
-		require.Equal(t, append([]byte("echo:"), req...), resp, "call %d", i)
-	}
+	p.echoCalls(t, ctx, 0, n, 700)
 	// Sequential calls never find the lane busy: every message is sequenced (one fresh).
 	sent := p.counter(t, "soapgw_udp_codec_messages_total", "peer", "origin", "direction", "sent", "codec", "token")
 	seq := p.counter(t, "soapgw_udp_codec_messages_total", "peer", "origin", "direction", "sent", "mode", "sequenced")
@@ -217,12 +212,7 @@ func TestUDPInsecure(t *testing.T) {
 func testUDPEcho(t *testing.T, p *pair) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range 20 {
-		req := soapMessage(i, 900)
-		resp, err := p.call(ctx, req)
-		require.NoError(t, err)
-		require.Equal(t, append([]byte("echo:"), req...), resp)
-	}
+	p.echoCalls(t, ctx, 0, 20, 900)
 }
 
 var _ = codec.Token
@@ -364,12 +354,7 @@ func TestSequentialExchangeOnePacketEachWay(t *testing.T) {
 	var perExchange []float64
 	for r := range rounds {
 		sent0 := sent()
-		for i := range calls {
-			req := soapMessage(r*calls+i, 600)
-			resp, err := p.call(ctx, req)
-			require.NoError(t, err)
-			require.Equal(t, append([]byte("echo:"), req...), resp)
-		}
+		p.echoCalls(t, ctx, r*calls, calls, 600)
 		perExchange = append(perExchange, (sent()-sent0)/calls)
 		t.Logf("the origin sent %.2f packets per exchange", perExchange[r])
 		if perExchange[r] <= 1.5 {
