@@ -134,7 +134,8 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// The exchange's one context ends when its clock expires (errNoProgress: a stall or
 	// end), when the edge abandons it (watchAbandon, below), or with the stream's
 	// connection (ctx), except when the exchange outlives that connection.
-	ctx, endExchange := exchangeContext(ctx, o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
+	ec := newExchangeCtx(ctx, o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
+	ctx, endExchange := ec, ec.end
 	defer endExchange(nil)
 	clock.onExpire(func() { endExchange(errNoProgress) })
 	tunnelSt := st            // the stream itself, for watchAbandon
@@ -192,7 +193,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	uc, err := x.pool.get(ctx)
 	if err != nil {
 		up := x.pool.up
-		if errors.Is(context.Cause(ctx), errAbandoned) {
+		if errors.Is(causeOf(ctx), errAbandoned) {
 			o.log.Warn("exchange aborted while connecting to the upstream", "exchange", x.id(), "upstream", up.Name, "err", errAbandoned)
 			o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
 			return
@@ -211,7 +212,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// interrupted this way is never pooled: it is closed, so the upstream sees the call
 	// abandoned.
 	upConn := uc.conn
-	stopAbort := context.AfterFunc(ctx, func() {
+	stopAbort := ec.AfterFunc(func() {
 		_ = upConn.SetDeadline(time.Unix(1, 0))
 		_ = st.Close()
 	})
@@ -275,7 +276,7 @@ func armDeadline(ctx context.Context, set func(time.Time) error, t time.Time) {
 var errAbandoned = errors.New("the edge abandoned the exchange (its client went away, or its deadline passed)")
 
 // watchAbandon ends the exchange with errAbandoned (end) when st fails because the edge
-// reset it, if st can tell (FailContext: tunnel and UDP tunnel streams). Without it the
+// reset it, if st can tell (AfterFail or FailContext: tunnel and UDP tunnel streams). Without it the
 // origin would learn only when it writes the response, and an upstream that takes
 // minutes would keep its connection and the exchange's slot all that time for nobody. It
 // returns the function that ends the watch.
@@ -284,37 +285,19 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
 func watchAbandon(st Stream, resumable func() bool, end context.CancelCauseFunc) (stop func() bool) {
-	f, ok := st.(interface{ FailContext() context.Context })
-	if !ok {
-		return func() bool { return false }
-	}
 	// No goroutine per exchange: the callback runs only if the stream fails.
-	return context.AfterFunc(f.FailContext(), func() {
+	abandoned := func() {
 		if resumable == nil || !resumable() || resetByEdge(st) {
 			end(errAbandoned)
 		} // else the connection died: the exchange goes on for a resume
-	})
-}
-
-// exchangeContext returns the context of one exchange, a child of ctx (the stream's: it
-// ends with the tunnel connection or the server's shutdown), and the function that ends
-// it with a cause. One that outlives its connection (a held exchange, for the edge to
-// collect its response on another; a one-way delivery) does not end when ctx ends
-// because the connection was lost (a cause with ConnectionLost, from the tunnel
-// server), only for the other reasons (shutdown).
-func exchangeContext(ctx context.Context, outlive bool) (context.Context, context.CancelCauseFunc) {
-	if !outlive {
-		return context.WithCancelCause(ctx)
 	}
-	out, end := context.WithCancelCause(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() {
-		var cl interface{ ConnectionLost() bool }
-		if errors.As(context.Cause(ctx), &cl) && cl.ConnectionLost() {
-			return
-		}
-		end(context.Cause(ctx))
-	})
-	return out, func(cause error) { stop(); end(cause) }
+	switch f := st.(type) {
+	case interface{ AfterFail(func()) func() bool }: // TCP tunnel streams: no context
+		return f.AfterFail(abandoned)
+	case interface{ FailContext() context.Context }:
+		return context.AfterFunc(f.FailContext(), abandoned)
+	}
+	return func() bool { return false }
 }
 
 // resetByEdge reports whether a failed stream was reset by the edge (which abandons the
@@ -485,12 +468,12 @@ func responseDeadline(up Upstream, sent, exchangeDeadline time.Time) time.Time {
 // bad response, or an abort that is not the upstream's fault.
 func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchange, err error) {
 	req, up := x.req, x.pool.up
-	stalled := errors.Is(context.Cause(ctx), errNoProgress) || errors.Is(ctx.Err(), context.DeadlineExceeded)
+	stalled := errors.Is(causeOf(ctx), errNoProgress) || errors.Is(ctx.Err(), context.DeadlineExceeded)
 	if !stalled && errors.Is(ctx.Err(), context.Canceled) {
 		// Not the upstream's fault: the exchange was aborted (its tunnel session
 		// died, the drain deadline passed, the edge abandoned it) and its upstream
 		// call interrupted; the upstream sees its connection closed.
-		o.log.Warn("exchange aborted while waiting for the upstream; upstream connection closed", "exchange", req.ExchangeID, "upstream", up.Name, "err", context.Cause(ctx))
+		o.log.Warn("exchange aborted while waiting for the upstream; upstream connection closed", "exchange", req.ExchangeID, "upstream", up.Name, "err", causeOf(ctx))
 		o.m.gatewayErrors.WithLabelValues("origin", causeTunnelLost).Inc()
 		o.m.exchange("origin", up.Name, x.op, 502, "gateway_error", time.Since(x.start))
 		return

@@ -80,7 +80,8 @@ type Stream struct {
 	failCtx    context.Context
 	failCancel context.CancelFunc
 	failedSet  bool
-	failErr    error // why it failed (Err)
+	failErr    error  // why it failed (Err)
+	onFail     func() // AfterFail's f, until it runs or is stopped
 
 	// coding
 	encoding     Encoding // from SetEncoding
@@ -179,6 +180,29 @@ func (st *Stream) FailContext() context.Context {
 		}
 	}
 	return st.failCtx
+}
+
+// AfterFail arranges for f to run, in a goroutine of its own, once the stream fails (at
+// once if it has), like context.AfterFunc on FailContext but without a context per
+// stream: the origin watches every exchange for the edge abandoning it. stop unregisters
+// f and reports whether that kept it from running. One f per stream.
+func (st *Stream) AfterFail(f func()) (stop func() bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.failedSet {
+		go f()
+		return func() bool { return false }
+	}
+	st.onFail = f
+	return st.stopAfterFail
+}
+
+func (st *Stream) stopAfterFail() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	stopped := st.onFail != nil
+	st.onFail = nil
+	return stopped
 }
 
 // Done returns a channel closed when the stream fails: reset by the peer or locally,
@@ -890,6 +914,10 @@ func (st *Stream) fail(err error, sendRST bool) {
 		st.failedSet, st.failErr = true, err
 		if st.failCancel != nil {
 			st.failCancel()
+		}
+		if f := st.onFail; f != nil {
+			st.onFail = nil
+			go f()
 		}
 	}
 	st.delivered.Cancel() // with failedSet, under mu: no acknowledgement counts from here

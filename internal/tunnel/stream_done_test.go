@@ -12,7 +12,7 @@ import (
 
 // TestStreamDoneOnPeerReset: the origin has read the whole request (Read keeps returning
 // io.EOF) and waits on its upstream; when the edge abandons the exchange, Done tells it.
-// A clean exchange never closes Done.
+// A clean exchange never closes Done. AfterFail's f runs when Done closes.
 func TestStreamDoneOnPeerReset(t *testing.T) {
 	testConnTypes(t, func(t *testing.T, pair connPair) {
 		c, s := sessionPair(t, pair, nil, nil)
@@ -28,6 +28,8 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		sst, err := s.AcceptStream(ctx)
 		require.NoError(t, err)
 		done := sst.Done()
+		cleanFailed := make(chan struct{})
+		stopClean := sst.AfterFail(func() { close(cleanFailed) })
 		got, err := io.ReadAll(sst)
 		require.NoError(t, err)
 		require.Equal(t, "req", string(got))
@@ -42,8 +44,11 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		select {
 		case <-done:
 			t.Fatal("Done closed after a clean exchange")
+		case <-cleanFailed:
+			t.Fatal("AfterFail ran after a clean exchange")
 		default:
 		}
+		require.True(t, stopClean(), "AfterFail's f stopped before it ran")
 
 		// Abandoned: the request was read whole, then the edge resets the stream.
 		cst, err = c.OpenStream(ctx)
@@ -57,12 +62,17 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		_, err = io.ReadAll(sst)
 		require.NoError(t, err)
 		done = sst.Done()
+		failed := make(chan struct{})
+		stopFailed := sst.AfterFail(func() { close(failed) })
 		require.NoError(t, cst.Close()) // unfinished: RST_STREAM
-		select {
-		case <-done:
-		case <-ctx.Done():
-			t.Fatal("Done not closed after the peer reset the stream")
+		for _, c := range []<-chan struct{}{done, failed} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				t.Fatal("Done not closed, or AfterFail's f not run, after the peer reset the stream")
+			}
 		}
+		require.False(t, stopFailed(), "f ran")
 		var rp interface{ ResetByPeer() bool }
 		require.True(t, errors.As(sst.Err(), &rp) && rp.ResetByPeer(), "Err after the edge's reset: %v", sst.Err())
 		_, err = sst.Read(make([]byte, 1))
@@ -80,6 +90,13 @@ func TestStreamDoneOnPeerReset(t *testing.T) {
 		case <-sst.Done():
 		default:
 			t.Fatal("Done of a failed stream not closed")
+		}
+		late := make(chan struct{})
+		sst.AfterFail(func() { close(late) })
+		select {
+		case <-late:
+		case <-ctx.Done():
+			t.Fatal("AfterFail's f not run for a stream that failed before")
 		}
 		require.False(t, errors.As(sst.Err(), &rp) && rp.ResetByPeer(), "a local reset is not the peer's: %v", sst.Err())
 		_ = cst.Close()
