@@ -118,7 +118,7 @@ func (x *exchange) endWatch() {
 // exchange is then over without an answer (nobody would read it), recorded as bad_request
 // like other clients that vanish mid-exchange.
 func (x *exchange) clientWentAway(ctx context.Context) bool {
-	if !errors.Is(context.Cause(ctx), errClientGone) {
+	if !errors.Is(causeOf(ctx), errClientGone) {
 		return false
 	}
 	x.e.gatewayError(x.cc, x.id, x.upstream(), causeBadRequest, errClientGone)

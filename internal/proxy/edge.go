@@ -457,7 +457,8 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	// exchange is reset when it ends. The clock's expiry also ends the client
 	// connection's waits and the streams' (roundTrip). One timer, the clock's, bounds
 	// the exchange: no context deadline or stream deadline arms another.
-	ctx, abandon := context.WithCancelCause(e.abortCtx)
+	ec := newExchangeCtx(e.abortCtx, false)
+	ctx, abandon := ec, ec.end
 	x.abandon = abandon
 	defer abandon(nil)
 	x.clock = startProgressClock(e.limits().ExchangeTimeout, deadline)
@@ -635,7 +636,7 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			return nil, nil, nil, nil, x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", peer, err), !replayable)
 		}
 		opened := st
-		stop := context.AfterFunc(ctx, func() { _ = opened.Close() })
+		stop := afterFunc(ctx, func() { _ = opened.Close() })
 		defer stop()
 		// The clock bounds the stream's reads and writes, also while respond relays the
 		// response after this returns (stop above has ended the close-on-ctx by then).

@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// exchangeCtx is the context of one exchange at the origin. It ends once, with a cause,
-// when its progress clock expires, when the edge abandons the exchange, with its parent
-// (the stream's: the tunnel connection or the server), or when the exchange is over.
+// exchangeCtx is the context of one exchange, at the edge or the origin. It ends once,
+// with a cause: when its progress clock expires, when the other side or the client
+// abandons the exchange, with its parent (the edge's drain, the origin's tunnel
+// connection or server), or when the exchange is over.
 //
 // It exists for the cost of the common case. The standard library's equivalent (a
 // WithCancelCause child, WithoutCancel for exchanges that outlive their connection, and an
@@ -158,6 +159,15 @@ func (x *exchangeCtx) Err() error {
 		return context.DeadlineExceeded
 	}
 	return context.Canceled
+}
+
+// afterFunc is context.AfterFunc that registers straight with an exchange context (the
+// context package would also make its Done channel and a context to carry the hook).
+func afterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if x, ok := ctx.(*exchangeCtx); ok {
+		return x.AfterFunc(f)
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 // causeOf is context.Cause that also knows exchange contexts.
