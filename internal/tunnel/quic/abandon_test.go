@@ -10,8 +10,9 @@ import (
 )
 
 // TestUDPOriginLearnsEdgeAbandon: an edge that gives up on an exchange before its
-// response began (its client went away) tells the origin, whose FailContext ends, so the
-// origin stops an upstream call nobody waits for; a completed exchange never fires it.
+// response began (its client went away) tells the origin, whose FailContext ends and
+// AfterFail's f runs, so the origin stops an upstream call nobody waits for; a completed
+// exchange never fires either.
 // Both with the token codec on, whose lanes must stay in step: the next calls are coded
 // and answered whole.
 func TestUDPOriginLearnsEdgeAbandon(t *testing.T) {
@@ -28,22 +29,32 @@ func TestUDPOriginLearnsEdgeAbandon(t *testing.T) {
 					return
 				}
 				if string(req) == "<slow/>" {
+					failed := make(chan struct{})
+					st.AfterFail(func() { close(failed) })
 					waiting <- struct{}{}
-					select { // the server thinks until the edge gives up (bounded)
-					case <-st.FailContext().Done():
-						abandoned <- true
-					case <-time.After(abandonWait):
-						abandoned <- false
+					timeout := time.After(abandonWait)
+					for _, c := range []<-chan struct{}{st.FailContext().Done(), failed} {
+						select { // the server thinks until the edge gives up (bounded)
+						case <-c:
+						case <-timeout:
+							abandoned <- false
+							return
+						}
 					}
+					abandoned <- true
 					return
 				}
 				fail := st.FailContext()
+				stop := st.AfterFail(func() { abandoned <- true })
 				_, _ = st.Write(append([]byte("echo:"), req...))
 				_ = st.CloseWrite()
 				select {
 				case <-fail.Done():
 					abandoned <- true // a completed exchange must not look abandoned
 				default:
+				}
+				if !stop() {
+					abandoned <- true // AfterFail's f ran
 				}
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 2*abandonWait)

@@ -71,12 +71,13 @@ type Stream struct {
 	closed    bool
 	onClose   func() // the owner's bookkeeping, once
 
-	// Abandonment by the edge (origin streams, FailContext): failCtx is made on first
-	// use and cancelled by abandon.
+	// Abandonment by the edge (origin streams, FailContext, AfterFail): failCtx is made
+	// on first use and cancelled by abandon, which also runs onFail.
 	failMu     sync.Mutex
 	failCtx    context.Context
 	failCancel context.CancelFunc
 	abandoned  bool
+	onFail     func()      // AfterFail's f, until it runs or is stopped
 	stopWatch  func() bool // ends the watch for the edge's STOP_SENDING
 	// delivered fires when the peer acknowledged decoding the outgoing sequenced message
 	// (AfterDelivered); cancelled when the edge abandons the exchange.
@@ -799,8 +800,8 @@ func (st *Stream) Close() error {
 
 // FailContext returns a context cancelled when the edge abandons the exchange: an
 // ABANDON control frame names its stream (the edge gave up before the response began),
-// or the edge stops reading it (STOP_SENDING) once it began. The origin watches it with
-// context.AfterFunc to stop an upstream call nobody waits for (proxy.watchAbandon).
+// or the edge stops reading it (STOP_SENDING) once it began. AfterFail does the same for
+// one callback without a context.
 func (st *Stream) FailContext() context.Context {
 	st.failMu.Lock()
 	defer st.failMu.Unlock()
@@ -812,6 +813,40 @@ func (st *Stream) FailContext() context.Context {
 		st.failCancel()
 		return st.failCtx
 	}
+	st.watchStopSendingLocked()
+	return st.failCtx
+}
+
+// AfterFail arranges for f to run, in a goroutine of its own, once the edge abandons the
+// exchange (as FailContext tells; at once if it has): the origin stops an upstream call
+// nobody waits for (proxy.watchAbandon). stop unregisters f and reports whether that kept
+// it from running. One f per stream.
+func (st *Stream) AfterFail(f func()) (stop func() bool) {
+	st.failMu.Lock()
+	defer st.failMu.Unlock()
+	if st.abandoned {
+		go f()
+		return func() bool { return false }
+	}
+	st.onFail = f
+	st.watchStopSendingLocked()
+	return st.stopAfterFail
+}
+
+func (st *Stream) stopAfterFail() bool {
+	st.failMu.Lock()
+	defer st.failMu.Unlock()
+	stopped := st.onFail != nil
+	st.onFail = nil
+	return stopped
+}
+
+// watchStopSendingLocked starts, once, the watch for the edge's STOP_SENDING (the
+// QUIC stream's context ends with a remote stream error). failMu is held.
+func (st *Stream) watchStopSendingLocked() {
+	if st.stopWatch != nil {
+		return
+	}
 	if qs, ok := st.qs.(interface{ Context() context.Context }); ok {
 		qctx := qs.Context()
 		st.stopWatch = context.AfterFunc(qctx, func() {
@@ -821,7 +856,6 @@ func (st *Stream) FailContext() context.Context {
 			}
 		})
 	}
-	return st.failCtx
 }
 
 // AfterDelivered arranges for f to run once the peer has acknowledged decoding the
@@ -840,6 +874,10 @@ func (st *Stream) abandon() {
 	st.delivered.Cancel()
 	if st.failCancel != nil {
 		st.failCancel()
+	}
+	if f := st.onFail; f != nil {
+		st.onFail = nil
+		go f()
 	}
 }
 
