@@ -5,8 +5,8 @@ import "sync"
 // Notice is a one-shot callback. Then registers f, which runs when Fire is called, or at
 // once if Fire was; Cancel drops it for good (a Fire after it does nothing). One f per
 // Notice. The zero value is ready. Streams of both tunnels use one for "the peer decoded
-// the message" (AfterDelivered); the TCP tunnel's use another for "the message left"
-// (AfterSent).
+// the message" (AfterDelivered) and another for "the stream failed" (AfterFail); the TCP
+// tunnel's use a third for "the message left" (AfterSent).
 type Notice struct {
 	mu        sync.Mutex
 	fired     bool
@@ -50,4 +50,21 @@ func (n *Notice) Cancel() {
 	n.cancelled = true
 	n.f = nil
 	n.mu.Unlock()
+}
+
+// Stop drops the registered f and reports whether it did, that is whether f had not run
+// (nor been cancelled). A later Then may register another.
+func (n *Notice) Stop() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	stopped := n.f != nil
+	n.f = nil
+	return stopped
+}
+
+// AfterNotice registers f with n to run in a goroutine of its own when n fires (at once
+// if it has), for a Fire under a lock f may take; it returns n.Stop.
+func AfterNotice(n *Notice, f func()) (stop func() bool) {
+	n.Then(func() { go f() })
+	return n.Stop
 }

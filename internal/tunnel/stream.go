@@ -81,7 +81,7 @@ type Stream struct {
 	failCancel context.CancelFunc
 	failedSet  bool
 	failErr    error  // why it failed (Err)
-	onFail     func() // AfterFail's f, until it runs or is stopped
+	failed     Notice // fires when it fails (AfterFail)
 
 	// coding
 	encoding     Encoding // from SetEncoding
@@ -186,24 +186,7 @@ func (st *Stream) FailContext() context.Context {
 // once if it has), like context.AfterFunc on FailContext but without a context per
 // stream: the origin watches every exchange for the edge abandoning it. stop unregisters
 // f and reports whether that kept it from running. One f per stream.
-func (st *Stream) AfterFail(f func()) (stop func() bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.failedSet {
-		go f()
-		return func() bool { return false }
-	}
-	st.onFail = f
-	return st.stopAfterFail
-}
-
-func (st *Stream) stopAfterFail() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	stopped := st.onFail != nil
-	st.onFail = nil
-	return stopped
-}
+func (st *Stream) AfterFail(f func()) (stop func() bool) { return AfterNotice(&st.failed, f) }
 
 // Done returns a channel closed when the stream fails: reset by the peer or locally,
 // or its session lost. An exchange that completes cleanly never closes it. It tells
@@ -915,10 +898,7 @@ func (st *Stream) fail(err error, sendRST bool) {
 		if st.failCancel != nil {
 			st.failCancel()
 		}
-		if f := st.onFail; f != nil {
-			st.onFail = nil
-			go f()
-		}
+		st.failed.Fire()
 	}
 	st.delivered.Cancel() // with failedSet, under mu: no acknowledgement counts from here
 	st.mu.Unlock()

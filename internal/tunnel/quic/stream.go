@@ -72,13 +72,13 @@ type Stream struct {
 	onClose   func() // the owner's bookkeeping, once
 
 	// Abandonment by the edge (origin streams, FailContext, AfterFail): failCtx is made
-	// on first use and cancelled by abandon, which also runs onFail.
+	// on first use and cancelled by abandon, which also fires failed.
 	failMu     sync.Mutex
 	failCtx    context.Context
 	failCancel context.CancelFunc
 	abandoned  bool
-	onFail     func()      // AfterFail's f, until it runs or is stopped
-	stopWatch  func() bool // ends the watch for the edge's STOP_SENDING
+	failed     tunnel.Notice // fires when the edge abandons the exchange (AfterFail)
+	stopWatch  func() bool   // ends the watch for the edge's STOP_SENDING
 	// delivered fires when the peer acknowledged decoding the outgoing sequenced message
 	// (AfterDelivered); cancelled when the edge abandons the exchange.
 	delivered tunnel.Notice
@@ -823,22 +823,9 @@ func (st *Stream) FailContext() context.Context {
 // it from running. One f per stream.
 func (st *Stream) AfterFail(f func()) (stop func() bool) {
 	st.failMu.Lock()
-	defer st.failMu.Unlock()
-	if st.abandoned {
-		go f()
-		return func() bool { return false }
-	}
-	st.onFail = f
 	st.watchStopSendingLocked()
-	return st.stopAfterFail
-}
-
-func (st *Stream) stopAfterFail() bool {
-	st.failMu.Lock()
-	defer st.failMu.Unlock()
-	stopped := st.onFail != nil
-	st.onFail = nil
-	return stopped
+	st.failMu.Unlock()
+	return tunnel.AfterNotice(&st.failed, f)
 }
 
 // watchStopSendingLocked starts, once, the watch for the edge's STOP_SENDING (the
@@ -875,10 +862,7 @@ func (st *Stream) abandon() {
 	if st.failCancel != nil {
 		st.failCancel()
 	}
-	if f := st.onFail; f != nil {
-		st.onFail = nil
-		go f()
-	}
+	st.failed.Fire()
 }
 
 // notSentError is a failure before any byte of the exchange left: safe to retry.
