@@ -458,9 +458,9 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	// connection's waits and the streams' (roundTrip). One timer, the clock's, bounds
 	// the exchange: no context deadline or stream deadline arms another.
 	ec := newExchangeCtx(e.abortCtx, false)
-	ctx, abandon := ec, ec.end
-	x.abandon = abandon
-	defer abandon(nil)
+	ctx := context.Context(ec)
+	x.abandon = ec.end
+	defer ec.end(nil)
 	x.clock = startProgressClock(e.limits().ExchangeTimeout, deadline)
 	x.clock.onExpire(func() {
 		_ = cc.SetDeadline(time.Unix(1, 0))

@@ -135,9 +135,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// end), when the edge abandons it (watchAbandon, below), or with the stream's
 	// connection (ctx), except when the exchange outlives that connection.
 	ec := newExchangeCtx(ctx, o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
-	ctx, endExchange := ec, ec.end
-	defer endExchange(nil)
-	clock.onExpire(func() { endExchange(errNoProgress) })
+	ctx = ec
+	defer ec.end(nil)
+	clock.onExpire(func() { ec.end(errNoProgress) })
 	tunnelSt := st            // the stream itself, for watchAbandon
 	var resumable func() bool // nil: the exchange ends with its stream
 	var oneWay *oneWayDelivery
@@ -182,7 +182,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		st, resumable, x.held = hst, h.resumable, hst
 	}
 	if oneWay == nil {
-		defer watchAbandon(tunnelSt, resumable, endExchange)()
+		defer watchAbandon(tunnelSt, resumable, ec.end)()
 	}
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
@@ -276,7 +276,7 @@ func armDeadline(ctx context.Context, set func(time.Time) error, t time.Time) {
 var errAbandoned = errors.New("the edge abandoned the exchange (its client went away, or its deadline passed)")
 
 // watchAbandon ends the exchange with errAbandoned (end) when st fails because the edge
-// reset it, if st can tell (AfterFail or FailContext: tunnel and UDP tunnel streams). Without it the
+// reset it, if st can tell (AfterFail: tunnel and UDP tunnel streams). Without it the
 // origin would learn only when it writes the response, and an upstream that takes
 // minutes would keep its connection and the exchange's slot all that time for nobody. It
 // returns the function that ends the watch.
@@ -285,19 +285,16 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
 func watchAbandon(st Stream, resumable func() bool, end context.CancelCauseFunc) (stop func() bool) {
+	f, ok := st.(interface{ AfterFail(func()) func() bool })
+	if !ok {
+		return func() bool { return false }
+	}
 	// No goroutine per exchange: the callback runs only if the stream fails.
-	abandoned := func() {
+	return f.AfterFail(func() {
 		if resumable == nil || !resumable() || resetByEdge(st) {
 			end(errAbandoned)
 		} // else the connection died: the exchange goes on for a resume
-	}
-	switch f := st.(type) {
-	case interface{ AfterFail(func()) func() bool }: // TCP tunnel streams: no context
-		return f.AfterFail(abandoned)
-	case interface{ FailContext() context.Context }:
-		return context.AfterFunc(f.FailContext(), abandoned)
-	}
-	return func() bool { return false }
+	})
 }
 
 // resetByEdge reports whether a failed stream was reset by the edge (which abandons the
