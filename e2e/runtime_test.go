@@ -48,33 +48,44 @@ func TestGatewayRunsWithQuietSysmon(t *testing.T) {
 		}
 		ps := gomaxprocs(t, g.admin)
 		require.True(t, ps >= 1 && ps <= runtime.NumCPU(), "go_sched_gomaxprocs_threads %d", ps)
+		// The collector has a headroom (internal/gcheadroom): with a live heap of a few
+		// MB, a percentage above the runtime's default.
+		require.Contains(t, g.out.String(), `gc="headroom 16 MiB"`)
+		require.Greater(t, runtimeGauge(t, g.admin, "go_gc_gogc_percent"), 100)
 	}
 }
 
 // gomaxprocs reads the runtime's current GOMAXPROCS from a gateway's /metrics.
 func gomaxprocs(t *testing.T, admin string) int {
 	t.Helper()
+	return runtimeGauge(t, admin, "go_sched_gomaxprocs_threads")
+}
+
+// runtimeGauge reads a gauge without labels from a gateway's /metrics.
+func runtimeGauge(t *testing.T, admin, name string) int {
+	t.Helper()
 	code, m := httpGet("http://" + admin + "/metrics")
 	require.Equal(t, 200, code)
 	for _, line := range strings.Split(m, "\n") {
-		if v, ok := strings.CutPrefix(line, "go_sched_gomaxprocs_threads "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			require.NoError(t, err)
 			return int(n)
 		}
 	}
-	t.Fatalf("no go_sched_gomaxprocs_threads in /metrics")
+	t.Fatalf("no %s in /metrics", name)
 	return 0
 }
 
 // An operator who sets schedtrace in GODEBUG keeps it: no re-execution, and the startup
-// log says the runtime's default is in use. GOMAXPROCS set by the operator is kept too.
+// log says the runtime's default is in use. GOMAXPROCS and GOGC set by the operator are
+// kept too.
 func TestGatewayKeepsOperatorsSchedtrace(t *testing.T) {
 	world := frStartWorld(t)
 	a := newPairAddrs(t)
 	path := filepath.Join(t.TempDir(), "origin.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(originYAML(a, world.URL(), "")), 0o600))
-	p := startProcEnv(t, []string{"GODEBUG=gctrace=0,schedtrace=0", "GOMAXPROCS=2"}, binary, "run", "--config", path)
+	p := startProcEnv(t, []string{"GODEBUG=gctrace=0,schedtrace=0", "GOMAXPROCS=2", "GOGC=150"}, binary, "run", "--config", path)
 	origin := &gateway{proc: p, admin: a.OriginAdmin}
 	origin.waitReady(t, 10*time.Second)
 	edge := startGateway(t, a.EdgeAdmin, edgeYAML(a, ""))
@@ -86,5 +97,7 @@ func TestGatewayKeepsOperatorsSchedtrace(t *testing.T) {
 	require.Contains(t, p.out.String(), `sysmon="runtime default (GODEBUG sets schedtrace)"`)
 	require.Contains(t, p.out.String(), `procs="GOMAXPROCS=2"`)
 	require.Equal(t, 2, gomaxprocs(t, a.OriginAdmin))
+	require.Contains(t, p.out.String(), `gc="GOGC=150"`)
+	require.Equal(t, 150, runtimeGauge(t, a.OriginAdmin, "go_gc_gogc_percent"))
 	require.Contains(t, edge.out.String(), "sysmon=quiet")
 }

@@ -40,7 +40,9 @@ func newRunCommand(g *globalOptions) *cobra.Command {
 			// their number follows the load.
 			stopProcs, procsState := adaptProcs(cfg, log)
 			defer stopProcs()
-			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "sysmon", sysmonState, "procs", procsState, "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
+			stopGC, gcState := tuneGC()
+			defer stopGC()
+			log.Info("soapgw running", "node", cfg.Node, "version", versionString(), "sysmon", sysmonState, "procs", procsState, "gc", gcState, "edge", cfg.Edge != nil, "origin", cfg.Origin != nil)
 			// SIGHUP reloads the configuration file (credentials at once; other
 			// changes are named and wait for a restart). An invalid file is refused and
 			// the running configuration stays.
