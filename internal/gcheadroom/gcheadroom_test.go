@@ -126,6 +126,9 @@ func TestTunerCollectsLessOften(t *testing.T) {
 	tu.Stop()
 	t.Logf("%d MiB of garbage: %d collections by default, %d with 32 MiB of headroom (GOGC %d)", total/mib, def, tuned, got)
 	require.Greater(t, got, 100)
-	assert.Less(t, tuned*4, def, "a headroom eight times the runtime's minimum collects at least four times less often")
+	// About eight times less often on an idle machine (the headroom is eight times the
+	// runtime's 4 MiB minimum); a busy one stretches the collections of both runs, so
+	// the bound is loose: without the tuner the two counts would be about equal.
+	assert.Less(t, tuned*2, def, "a headroom eight times the runtime's minimum collects far less often")
 	assert.Equal(t, 100, debug.SetGCPercent(100), "Stop restores GOGC")
 }
