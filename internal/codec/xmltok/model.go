@@ -995,12 +995,12 @@ func (m *model) encValueModel(c *coder, v []byte, st uint8) {
 		return
 	}
 	c.bit(&x.pRef, 0)
-	blob, prose := m.encLiteral(c, x, v, st)
+	blob, prose, uuid := m.encLiteral(c, x, v, st)
 	if blob {
 		return
 	}
 	m.h = mix(m.h, literalHash(v, prose))
-	m.afterLiteral(x, v, sh)
+	m.afterLiteral(x, v, sh, uuid)
 }
 
 // literalHash is what a value literal adds to the digest: its bytes, or
@@ -1012,8 +1012,10 @@ func literalHash(v []byte, prose bool) uint64 {
 	return 5 ^ hashBytes(v)
 }
 
-func (m *model) afterLiteral(x *vctx, v []byte, sh shape) {
-	if _, _, uuid := isUUID(v); !uuid && len(v) <= maxValEntry {
+// afterLiteral records a value literal. uuid says it went as a uuid, which is what
+// isUUID says of it (the encoder codes one iff isUUID): the caller knows it already.
+func (m *model) afterLiteral(x *vctx, v []byte, sh shape, uuid bool) {
+	if !uuid && len(v) <= maxValEntry {
 		if id := m.t.insert(kVal, 0, 0, v); id != 0 {
 			m.ringPush(x, id)
 		}
@@ -1022,8 +1024,8 @@ func (m *model) afterLiteral(x *vctx, v []byte, sh shape) {
 }
 
 // encLiteral codes a value literal; it reports whether it went as a
-// blob, which has made its own model update, or as prose.
-func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) (blob, prose bool) {
+// blob, which has made its own model update, as prose, or as a uuid.
+func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) (blob, prose, uuid bool) {
 	pre, upper, uuid := isUUID(v)
 	if c.bit(&x.pUUID, b2u(uuid)) == 1 {
 		// A random uuid costs its 16 bytes, not 36 characters.
@@ -1044,7 +1046,7 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) (blob, prose b
 				w = 0
 			}
 		}
-		return false, false
+		return false, false, true
 	}
 	// The blob flag is coded where the decoder knows a blob can start:
 	// outside numbers, with blobMin bytes left in the message.
@@ -1057,7 +1059,7 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) (blob, prose b
 			if ext > 0 {
 				m.ext, m.extSt = ext, bst
 			}
-			return true, false
+			return true, false, false
 		}
 	}
 	prose = isProse(v)
@@ -1065,10 +1067,10 @@ func (m *model) encLiteral(c *coder, x *vctx, v []byte, st uint8) (blob, prose b
 	c.num(&x.ln, uint64(len(v)))
 	if prose {
 		m.encProse(c, x, v)
-		return false, true
+		return false, true, false
 	}
 	m.codePieces(c, &m.valPieces, v, len(v))
-	return false, false
+	return false, false, false
 }
 
 // decValueModel decodes one value in state st, appending it to dst (at most
@@ -1193,9 +1195,10 @@ func (m *model) decRefValue(c *coder, x *vctx, dst []byte, limit int) []byte {
 // pieces; then records it in the context.
 func (m *model) decLiteralValue(c *coder, x *vctx, dst []byte, limit int, st uint8) []byte {
 	start := len(dst)
-	prose := false
+	prose, uuid := false, false
 	switch {
 	case c.bit(&x.pUUID, 0) == 1:
+		uuid = true
 		dst = m.decUUID(c, x, dst, limit)
 	case st != stValDigits && limit-len(dst) >= blobMin && c.bit(&m.pBlob, 0) == 1:
 		m.noRecord = true
@@ -1223,7 +1226,7 @@ func (m *model) decLiteralValue(c *coder, x *vctx, dst []byte, limit int, st uin
 	}
 	v := dst[start:]
 	m.h = mix(m.h, literalHash(v, prose))
-	m.afterLiteral(x, v, parseShape(v))
+	m.afterLiteral(x, v, parseShape(v), uuid)
 	return dst
 }
 
@@ -1240,30 +1243,29 @@ func (m *model) decUUID(c *coder, x *vctx, dst []byte, limit int) []byte {
 	if m.err != nil {
 		return dst
 	}
-	alpha := byte('a')
+	digits := "0123456789abcdef"
 	if c.direct(0, 1) == 1 {
-		alpha = 'A'
+		digits = "0123456789ABCDEF"
 	}
-	var w uint32
-	k := 0
-	for i := range 36 {
-		if i == 8 || i == 13 || i == 18 || i == 23 {
-			dst = append(dst, '-')
-			continue
-		}
-		if k%4 == 0 {
-			w = c.direct(0, 16)
-		}
-		k++
-		h := byte(w >> 12)
-		w = w << 4 & 0xFFFF
-		if h < 10 {
-			dst = append(dst, '0'+h)
-		} else {
-			dst = append(dst, alpha+h-10)
-		}
+	// Eight symbols of four digits each, high nibble first, by table: a branch per
+	// digit (letter or not) mispredicted about every other random digit.
+	var hex [32]byte
+	for j := range 8 {
+		w := c.direct(0, 16)
+		hex[4*j] = digits[w>>12&15]
+		hex[4*j+1] = digits[w>>8&15]
+		hex[4*j+2] = digits[w>>4&15]
+		hex[4*j+3] = digits[w&15]
 	}
-	return dst
+	dst = append(dst, hex[:8]...)
+	dst = append(dst, '-')
+	dst = append(dst, hex[8:12]...)
+	dst = append(dst, '-')
+	dst = append(dst, hex[12:16]...)
+	dst = append(dst, '-')
+	dst = append(dst, hex[16:20]...)
+	dst = append(dst, '-')
+	return append(dst, hex[20:]...)
 }
 
 // finishValue appends a value rebuilt in m.tmp or m.pred, whose shape
