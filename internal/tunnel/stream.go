@@ -1,7 +1,6 @@
 package tunnel
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -75,13 +74,10 @@ type Stream struct {
 	// sendLoop for each.
 	writing, owed bool
 
-	// failCtx is cancelled when the stream fails (FailContext, Done); made on first use,
-	// so streams nobody watches pay nothing. failedSet: fail ran.
-	failCtx    context.Context
-	failCancel context.CancelFunc
-	failedSet  bool
-	failErr    error  // why it failed (Err)
-	failed     Notice // fires when it fails (AfterFail)
+	// failedSet: fail ran.
+	failedSet bool
+	failErr   error  // why it failed (Err)
+	failed    Notice // fires when it fails (AfterFail)
 
 	// coding
 	encoding     Encoding // from SetEncoding
@@ -167,34 +163,16 @@ func (st *Stream) AfterSent(f func()) { st.sent.Then(f) }
 // quick: it runs on the connection's reader. One f per stream.
 func (st *Stream) AfterDelivered(f func()) { st.delivered.Then(f) }
 
-// FailContext returns a context cancelled when the stream fails (Done is its channel). A
-// watcher registers with context.AfterFunc on it and costs no goroutine until the
-// stream fails (the origin watches every exchange for the edge abandoning it).
-func (st *Stream) FailContext() context.Context {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.failCtx == nil {
-		st.failCtx, st.failCancel = context.WithCancel(context.Background())
-		if st.failedSet {
-			st.failCancel()
-		}
-	}
-	return st.failCtx
-}
-
-// AfterFail arranges for f to run, in a goroutine of its own, once the stream fails (at
-// once if it has), like context.AfterFunc on FailContext but without a context per
-// stream: the origin watches every exchange for the edge abandoning it. stop unregisters
-// f and reports whether that kept it from running. One f per stream.
+// AfterFail arranges for f to run, in a goroutine of its own, once the stream fails:
+// reset by the peer or locally, or its session lost (at once if it has). An exchange
+// that completes cleanly never runs it. It tells the origin that the edge abandoned an
+// exchange whose request it has read whole, which Read cannot (it keeps returning io.EOF
+// after a complete message), at no cost (no goroutine, no context) until the stream
+// fails: the origin watches every exchange. stop unregisters f and reports whether that
+// kept it from running. One f per stream.
 func (st *Stream) AfterFail(f func()) (stop func() bool) { return AfterNotice(&st.failed, f) }
 
-// Done returns a channel closed when the stream fails: reset by the peer or locally,
-// or its session lost. An exchange that completes cleanly never closes it. It tells
-// the origin that the edge abandoned an exchange whose request it has read whole,
-// which Read cannot (it keeps returning io.EOF after a complete message).
-func (st *Stream) Done() <-chan struct{} { return st.FailContext().Done() }
-
-// Err is why the stream failed once Done is closed (nil before): a *StreamError for a
+// Err is why the stream failed once it has (nil before): a *StreamError for a
 // reset (ResetByPeer tells who), or the session's error when its connection was lost.
 // The origin keeps running an exchange whose connection was lost, so that the edge can
 // collect its response on another one, and stops one the edge reset.
@@ -895,9 +873,6 @@ func (st *Stream) fail(err error, sendRST bool) {
 	}
 	if !st.failedSet {
 		st.failedSet, st.failErr = true, err
-		if st.failCancel != nil {
-			st.failCancel()
-		}
 		st.failed.Fire()
 	}
 	st.delivered.Cancel() // with failedSet, under mu: no acknowledgement counts from here

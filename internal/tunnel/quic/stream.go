@@ -71,14 +71,10 @@ type Stream struct {
 	closed    bool
 	onClose   func() // the owner's bookkeeping, once
 
-	// Abandonment by the edge (origin streams, FailContext, AfterFail): failCtx is made
-	// on first use and cancelled by abandon, which also fires failed.
-	failMu     sync.Mutex
-	failCtx    context.Context
-	failCancel context.CancelFunc
-	abandoned  bool
-	failed     tunnel.Notice // fires when the edge abandons the exchange (AfterFail)
-	stopWatch  func() bool   // ends the watch for the edge's STOP_SENDING
+	// Abandonment by the edge (origin streams, AfterFail): abandon fires failed.
+	failMu    sync.Mutex
+	failed    tunnel.Notice // fires when the edge abandons the exchange (AfterFail)
+	stopWatch func() bool   // ends the watch for the edge's STOP_SENDING
 	// delivered fires when the peer acknowledged decoding the outgoing sequenced message
 	// (AfterDelivered); cancelled when the edge abandons the exchange.
 	delivered tunnel.Notice
@@ -798,28 +794,10 @@ func (st *Stream) Close() error {
 	return nil
 }
 
-// FailContext returns a context cancelled when the edge abandons the exchange: an
-// ABANDON control frame names its stream (the edge gave up before the response began),
-// or the edge stops reading it (STOP_SENDING) once it began. AfterFail does the same for
-// one callback without a context.
-func (st *Stream) FailContext() context.Context {
-	st.failMu.Lock()
-	defer st.failMu.Unlock()
-	if st.failCtx != nil {
-		return st.failCtx
-	}
-	st.failCtx, st.failCancel = context.WithCancel(context.Background())
-	if st.abandoned {
-		st.failCancel()
-		return st.failCtx
-	}
-	st.watchStopSendingLocked()
-	return st.failCtx
-}
-
 // AfterFail arranges for f to run, in a goroutine of its own, once the edge abandons the
-// exchange (as FailContext tells; at once if it has): the origin stops an upstream call
-// nobody waits for (proxy.watchAbandon). stop unregisters f and reports whether that kept
+// exchange (at once if it has): an ABANDON control frame names its stream (the edge gave
+// up before the response began), or the edge stops reading it (STOP_SENDING) once it
+// began. The origin then stops an upstream call nobody waits for (proxy.watchAbandon). stop unregisters f and reports whether that kept
 // it from running. One f per stream.
 func (st *Stream) AfterFail(f func()) (stop func() bool) {
 	st.failMu.Lock()
@@ -857,11 +835,7 @@ func (st *Stream) AfterDelivered(f func()) { st.delivered.Then(f) }
 func (st *Stream) abandon() {
 	st.failMu.Lock()
 	defer st.failMu.Unlock()
-	st.abandoned = true
 	st.delivered.Cancel()
-	if st.failCancel != nil {
-		st.failCancel()
-	}
 	st.failed.Fire()
 }
 
