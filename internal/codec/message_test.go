@@ -12,6 +12,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/soapgw/soapgw/internal/soapdemo"
+	"github.com/stretchr/testify/require"
 )
 
 // testCodecs returns the registry plus non-default configurations.
@@ -130,6 +131,53 @@ func TestRoundTrip(t *testing.T) {
 				}
 			}
 			t.Logf("%d -> %d bytes", raw, coded)
+		})
+	}
+}
+
+// TestBuffersAreTheCallers checks that a codec keeps no view of the buffers it was
+// given or returned: the tunnel decodes into pooled frame buffers and reuses them once the
+// message is read, and encodes from buffers it reuses. Every buffer is scribbled over
+// after each call; a model that kept a view of one would then code or decode the next
+// messages differently from a fresh pair given fresh buffers.
+func TestBuffersAreTheCallers(t *testing.T) {
+	msgs := testMessages()
+	scribble := func(b []byte) {
+		b = b[:cap(b)]
+		for i := range b {
+			b[i] = 0xA5
+		}
+	}
+	for i, c := range testCodecs(t) {
+		t.Run(codecLabel(i, c), func(t *testing.T) {
+			enc, err := c.NewEncoder()
+			require.NoError(t, err)
+			dec, err := c.NewDecoder(Limits{MaxMessage: 1 << 20})
+			require.NoError(t, err)
+			refEnc, err := c.NewEncoder()
+			require.NoError(t, err)
+			refDec, err := c.NewDecoder(Limits{MaxMessage: 1 << 20})
+			require.NoError(t, err)
+			in := make([]byte, 0, 64<<10)
+			var coded, out []byte
+			for round := range 2 {
+				for j, m := range msgs {
+					in = append(in[:0], m...)
+					coded, err = enc.Encode(coded[:0], in)
+					require.NoError(t, err)
+					want, err := refEnc.Encode(nil, bytes.Clone(m))
+					require.NoError(t, err)
+					require.Truef(t, bytes.Equal(want, coded), "round %d msg %d: encoding differs from a fresh-buffer encoder's", round, j)
+					scribble(in)
+					out, err = dec.Decode(out[:0], coded)
+					require.NoError(t, err, "round %d msg %d", round, j)
+					require.Truef(t, bytes.Equal(m, out), "round %d msg %d: decoded message differs", round, j)
+					_, err = refDec.Decode(nil, bytes.Clone(want))
+					require.NoError(t, err)
+					scribble(coded)
+					scribble(out)
+				}
+			}
 		})
 	}
 }

@@ -107,17 +107,40 @@ type Session struct {
 // message bytes) with its header, preamble and trailer.
 const frameBufSize = 16<<10 + 64
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, frameBufSize); return &b }}
+// bufPool holds frame buffers, each behind a *[]byte so that pooling it boxes nothing;
+// the emptied *[]byte of a buffer taken out waits in slicePool for the next one put
+// back. (Putting &b for each buffer cost an allocation per frame, two per exchange.)
+var (
+	bufPool   = sync.Pool{New: func() any { b := make([]byte, 0, frameBufSize); return &b }}
+	slicePool = sync.Pool{New: func() any { return new([]byte) }}
+)
 
-func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+func getBuf() []byte {
+	p := bufPool.Get().(*[]byte)
+	b := (*p)[:0]
+	*p = nil
+	slicePool.Put(p)
+	return b
+}
 
 // putBuf recycles a frame buffer. Only frame-sized buffers go back, so getBuf can rely on
 // the capacity; right-sized control frames and oversized payloads are left to the GC.
 func putBuf(b []byte) {
 	if cap(b) >= frameBufSize {
-		b = b[:0]
-		bufPool.Put(&b)
+		p := slicePool.Get().(*[]byte)
+		*p = b[:0]
+		bufPool.Put(p)
 	}
+}
+
+// pooledOnly returns b if it is a buffer of the pool's size (one getBuf gave that was
+// never grown), nil otherwise: a decoded message that outgrew its pooled buffer is not
+// kept in the pool at its new size.
+func pooledOnly(b []byte) []byte {
+	if cap(b) == frameBufSize {
+		return b
+	}
+	return nil
 }
 func (s *Session) String() string {
 	return fmt.Sprintf("session(%s->%s %s)", s.conn.LocalAddr(), s.conn.RemoteAddr(), s.peer.Node)
