@@ -11,21 +11,32 @@ type Notice struct {
 	mu        sync.Mutex
 	fired     bool
 	cancelled bool
+	async     bool // f runs in a goroutine of its own (AfterNotice)
 	f         func()
 }
 
 // Then runs f when the notice fires, at once if it has; never once it was cancelled.
-func (n *Notice) Then(f func()) {
+func (n *Notice) Then(f func()) { n.then(f, false) }
+
+func (n *Notice) then(f func(), async bool) {
 	n.mu.Lock()
 	if n.fired {
 		n.mu.Unlock()
-		f()
+		run(f, async)
 		return
 	}
 	if !n.cancelled {
-		n.f = f
+		n.f, n.async = f, async
 	}
 	n.mu.Unlock()
+}
+
+func run(f func(), async bool) {
+	if async {
+		go f()
+	} else {
+		f()
+	}
 }
 
 // Fire runs the registered f, once, unless the notice was cancelled.
@@ -36,11 +47,11 @@ func (n *Notice) Fire() {
 		return
 	}
 	n.fired = true
-	f := n.f
+	f, async := n.f, n.async
 	n.f = nil
 	n.mu.Unlock()
 	if f != nil {
-		f()
+		run(f, async)
 	}
 }
 
@@ -65,6 +76,6 @@ func (n *Notice) Stop() bool {
 // AfterNotice registers f with n to run in a goroutine of its own when n fires (at once
 // if it has), for a Fire under a lock f may take; it returns n.Stop.
 func AfterNotice(n *Notice, f func()) (stop func() bool) {
-	n.Then(func() { go f() })
+	n.then(f, true)
 	return n.Stop
 }
