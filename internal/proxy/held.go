@@ -146,7 +146,7 @@ func (s *heldStore) neverArrived(id string, since time.Time) bool {
 		return false
 	}
 	now := s.now()
-	h := &heldExchange{s: s, id: id, changed: make(chan struct{}), accounted: heldOverhead,
+	h := &heldExchange{s: s, id: id, accounted: heldOverhead,
 		notRun: true, done: true, finishedAt: now}
 	s.byID[id] = h
 	s.bytes += heldOverhead
@@ -203,7 +203,7 @@ type heldExchange struct {
 	done       bool  // the response (or an error head) is complete
 	notRun     bool  // ended without the upstream getting the whole request: not executed
 	attached   Stream
-	changed    chan struct{} // closed and replaced on every change, for resumes waiting
+	changed    chan struct{} // made by a resume that waits (nil: none waits), closed on the next change
 	finishedAt time.Time
 }
 
@@ -248,7 +248,7 @@ func (s *heldStore) begin(id string, st Stream) (*heldExchange, heldRefusal) {
 	}
 	// A request sent again may have a first copy still on its way (in a connection that
 	// dies slowly): that one is kept its whole window, so the copy finds it and does not run.
-	h := &heldExchange{s: s, id: id, attached: st, changed: make(chan struct{}), accounted: heldOverhead, touched: resent}
+	h := &heldExchange{s: s, id: id, attached: st, accounted: heldOverhead, touched: resent}
 	s.byID[id] = h
 	s.bytes += heldOverhead
 	s.m.entries.Inc()
@@ -505,8 +505,10 @@ func (h *heldExchange) unprepay() {
 }
 
 func (h *heldExchange) wakeLocked() {
-	close(h.changed)
-	h.changed = make(chan struct{})
+	if h.changed != nil {
+		close(h.changed)
+		h.changed = nil
+	}
 }
 
 // complete marks the response whole and starts its window.
@@ -596,6 +598,9 @@ func (h *heldExchange) wait(ctx context.Context, offset int64) (tail []byte, err
 				return nil, errResumeOffset
 			}
 			return b[offset:], nil
+		}
+		if h.changed == nil {
+			h.changed = make(chan struct{})
 		}
 		changed := h.changed
 		h.mu.Unlock()
