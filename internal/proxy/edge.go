@@ -285,6 +285,10 @@ var (
 	msgPool    = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 )
 
+// maxPooledMsg is the largest message buffer the origin puts back in msgPool: one grown
+// for a large request body is left to the collector rather than kept for small heads.
+const maxPooledMsg = 64 << 10
+
 // serveConn reads requests from one client connection and answers them in order, which
 // is all HTTP/1.1 pipelining asks: the next request's bytes wait in br meanwhile.
 func (e *Edge) serveConn(cc *clientConn, listener string) {

@@ -605,15 +605,28 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 		h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 	}
 	armDeadline(ctx, uc.conn.SetWriteDeadline, x.deadline)
-	out := httpwire.AppendRequestHead(nil, req.Method, req.Target, minor, h)
+	mp := msgPool.Get().(*[]byte)
+	out := httpwire.AppendRequestHead((*mp)[:0], req.Method, req.Target, minor, h)
+	body2 := []byte(nil) // written after out, when both fit the buffered writer
 	if buffered {
-		out = append(out, x.body...)
+		if len(out)+len(x.body) <= uc.bw.Available() {
+			body2 = x.body
+		} else {
+			out = append(out, x.body...) // one system call for head and body
+		}
 	}
-	if _, err := uc.bw.Write(out); err != nil {
+	_, err := uc.bw.Write(out)
+	if err == nil && body2 != nil {
+		_, err = uc.bw.Write(body2)
+	}
+	n := int64(len(out) + len(body2))
+	if cap(out) <= maxPooledMsg {
+		*mp = out[:0]
+		msgPool.Put(mp)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %w", errUpstreamWrite, err)
 	}
-	n := int64(len(out))
-	var err error
 	switch {
 	case buffered:
 		err = drainEOF(body)
@@ -730,7 +743,12 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 	if resp.Chunked {
 		head.ContentLength = -1
 	}
-	if _, err := st.Write(head.Append(nil)); err != nil {
+	mp := msgPool.Get().(*[]byte)
+	hb := head.Append((*mp)[:0])
+	_, err := st.Write(hb) // a Stream copies what it is given
+	*mp = hb[:0]
+	msgPool.Put(mp)
+	if err != nil {
 		return 0, err
 	}
 	bufp := copyBufPool.Get().(*[]byte)
