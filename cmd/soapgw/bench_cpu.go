@@ -119,11 +119,11 @@ It writes DIR/results.json and DIR/report.md.`,
 
 func printCPUSummary(w io.Writer, r *bench.CPUReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "client\tclients\tconfiguration\tstatus\texchanges\tCPU µs/exch\tx %s\texch/s\tx %s\tp50 ms\tp99 ms\tsyscalls/exch\twake-ups/exch\tpeak RSS MiB\t\n", r.Baseline, r.Baseline)
+	fmt.Fprintf(tw, "client\tclients\tconfiguration\tstatus\texchanges\tCPU µs/exch\tx %s\texch/s\tx %s\tp50 ms\tp99 ms\tsyscalls/exch\twake-ups/exch\tallocs/exch\tpeak RSS MiB\t\n", r.Baseline, r.Baseline)
 	for _, cs := range r.Cases {
 		for _, x := range cs.Results {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f\t%.3f\t%.3f\t%.1f\t%.1f\t%.1f\t\n", cs.Client, cs.Concurrency, x.Config, x.Status,
-				x.Exchanges, x.CPUMicros, x.CPURatio, x.PerSec, x.PerSecRatio, x.Latency.P50, x.Latency.P99, x.IOCalls, x.Wakeups, float64(x.PeakRSS)/(1<<20))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%.1f\t%.2f\t%.0f\t%.2f\t%.3f\t%.3f\t%.1f\t%.1f\t%s\t%.1f\t\n", cs.Client, cs.Concurrency, x.Config, x.Status,
+				x.Exchanges, x.CPUMicros, x.CPURatio, x.PerSec, x.PerSecRatio, x.Latency.P50, x.Latency.P99, x.IOCalls, x.Wakeups, bench.AllocsCell(x.Allocs), float64(x.PeakRSS)/(1<<20))
 		}
 	}
 	_ = tw.Flush()

@@ -95,6 +95,10 @@ type CPUResult struct {
 	// system calls, and times a thread was scheduled (Usage.IOCalls, Usage.Slices).
 	IOCalls float64 `json:"io_syscalls_per_exchange"`
 	Wakeups float64 `json:"wakeups_per_exchange"`
+	// Allocs is the heap objects the soapgw processes (both sides) allocated per
+	// exchange (go_memstats_mallocs_total from their admin endpoints; allocCounter); 0:
+	// not measured (nginx).
+	Allocs float64 `json:"allocs_per_exchange,omitempty"`
 	// RoundCPUMicros is CPUMicros per round: how much the machine's noise moved it.
 	RoundCPUMicros []float64 `json:"cpu_us_per_exchange_by_round"`
 	PerSec         float64   `json:"exchanges_per_s"`
@@ -109,6 +113,8 @@ type CPUResult struct {
 	cpu       float64
 	ioCalls   uint64
 	slices    uint64
+	allocs    float64
+	allocExch int // exchanges of the batches whose allocations were counted
 	byProc    map[string]float64
 	latencies []time.Duration
 	elapsed   time.Duration
@@ -224,6 +230,7 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 
 	// Start every configuration; they idle while another one is measured.
 	started := make([]*Started, len(o.Configs))
+	allocs := make([]*allocCounter, len(o.Configs))
 	defer func() {
 		for _, st := range started {
 			if st != nil {
@@ -242,6 +249,7 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 			Binary: binary, BinaryEnv: o.BinaryEnv, Profile: link.Profile(), Pprof: o.ProfileDir != ""}
 		if st := startConfig(ctx, cfg, env, &info); st != nil {
 			started[i] = st
+			allocs[i] = newAllocCounter(st.Endpoints)
 			for _, pr := range st.Procs {
 				pr.ResetPeak()
 			}
@@ -273,6 +281,10 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 			kc := newKeepAliveClient(st.Target, s)
 			defer kc.Close()
 			call = kc.Call
+		}
+		var span allocSpan
+		if measured {
+			span = allocs[i].begin(ctx) // before the CPU samples: reading costs CPU too
 		}
 		before := make([]Usage, len(st.Procs))
 		for j, pr := range st.Procs {
@@ -310,6 +322,10 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 			r.byProc[pr.Name] += d
 			r.ioCalls += after.IOCalls - min(before[j].IOCalls, after.IOCalls)
 			r.slices += after.Slices - min(before[j].Slices, after.Slices)
+		}
+		if n, ok := span.end(ctx); ok {
+			r.allocs += n
+			r.allocExch += len(out.latencies)
 		}
 		r.cpu += cpu
 		r.Exchanges += len(out.latencies)
@@ -385,6 +401,9 @@ func CompareCPU(ctx context.Context, o CPUOptions) (*CPUReport, error) {
 			r.CPUMicros = r.cpu / float64(r.Exchanges) * 1e6
 			r.IOCalls = float64(r.ioCalls) / float64(r.Exchanges)
 			r.Wakeups = float64(r.slices) / float64(r.Exchanges)
+			if r.allocExch > 0 {
+				r.Allocs = r.allocs / float64(r.allocExch)
+			}
 			r.ByProcess = map[string]float64{}
 			for p, v := range r.byProc {
 				r.ByProcess[p] = v / float64(r.Exchanges) * 1e6
@@ -528,7 +547,9 @@ func WriteCPUMarkdown(w io.Writer, r *CPUReport) {
 		"(the order rotates each round). CPU is the on-CPU time of every thread of the middle-box processes of both "+
 		"sides (soapgw: edge and origin; nginx: masters and workers) from /proc/<pid>/task/*/schedstat, sampled around "+
 		"each batch, with the read/write-family system calls (/proc/<pid>/io syscr+syscw) and the times a thread was "+
-		"scheduled (schedstat's timeslices, about one per wake-up); the client and the replay server are not counted. http10: a TCP connection per call (legacy "+
+		"scheduled (schedstat's timeslices, about one per wake-up); the client and the replay server are not counted. "+
+		"Allocations are the heap objects soapgw's processes allocated (go_memstats_mallocs_total from their admin "+
+		"endpoints, read around each batch, less what a reading allocates itself). http10: a TCP connection per call (legacy "+
 		"HTTP/1.0 stacks); http11: keep-alive, one connection per concurrent client, opened at the start of each batch. "+
 		"Ratios are to %s in the same case. Every response is checked byte for byte.\n\n", r.Scenario, r.Rounds, r.Calls, r.Baseline)
 	for _, c := range r.Configs {
@@ -536,21 +557,21 @@ func WriteCPUMarkdown(w io.Writer, r *CPUReport) {
 			fmt.Fprintf(w, "- %s: %s: %s\n", c.Name, c.Status, c.Reason)
 		}
 	}
-	fmt.Fprintf(w, "| client | clients | configuration | exchanges | CPU µs/exchange | × %s | by round (µs) | exchanges/s | × %s | p50 ms | p99 ms | I/O syscalls/exchange | wake-ups/exchange | peak RSS MiB |\n", r.Baseline, r.Baseline)
-	fmt.Fprintf(w, "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "| client | clients | configuration | exchanges | CPU µs/exchange | × %s | by round (µs) | exchanges/s | × %s | p50 ms | p99 ms | I/O syscalls/exchange | wake-ups/exchange | allocations/exchange | peak RSS MiB |\n", r.Baseline, r.Baseline)
+	fmt.Fprintf(w, "|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, cs := range r.Cases {
 		for _, x := range cs.Results {
 			if x.Status != StatusOK {
-				fmt.Fprintf(w, "| %s | %d | %s | %s: %s | | | | | | | | | | |\n", cs.Client, cs.Concurrency, x.Config, x.Status, mdCell(short(x.Reason, 200)))
+				fmt.Fprintf(w, "| %s | %d | %s | %s: %s | | | | | | | | | | | |\n", cs.Client, cs.Concurrency, x.Config, x.Status, mdCell(short(x.Reason, 200)))
 				continue
 			}
 			rounds := make([]string, len(x.RoundCPUMicros))
 			for i, v := range x.RoundCPUMicros {
 				rounds[i] = fmt.Sprintf("%.0f", v)
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %s | %s | %.0f | %s | %.3f | %.3f | %.1f | %.1f | %.1f |\n",
+			fmt.Fprintf(w, "| %s | %d | %s | %d | %.1f | %s | %s | %.0f | %s | %.3f | %.3f | %.1f | %.1f | %s | %.1f |\n",
 				cs.Client, cs.Concurrency, x.Config, x.Exchanges, x.CPUMicros, ratio(x.CPURatio), strings.Join(rounds, " "),
-				x.PerSec, ratio(x.PerSecRatio), x.Latency.P50, x.Latency.P99, x.IOCalls, x.Wakeups, float64(x.PeakRSS)/(1<<20))
+				x.PerSec, ratio(x.PerSecRatio), x.Latency.P50, x.Latency.P99, x.IOCalls, x.Wakeups, AllocsCell(x.Allocs), float64(x.PeakRSS)/(1<<20))
 		}
 	}
 	fmt.Fprintf(w, "\nCPU µs per exchange by process:\n\n")
@@ -571,6 +592,14 @@ func WriteCPUMarkdown(w io.Writer, r *CPUReport) {
 			fmt.Fprintf(w, "- %s c=%d %s: %s\n", cs.Client, cs.Concurrency, x.Config, strings.Join(parts, ", "))
 		}
 	}
+}
+
+// AllocsCell formats allocations per exchange ("n/a": not measured).
+func AllocsCell(v float64) string {
+	if v == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f", v)
 }
 
 func ratio(v float64) string {
