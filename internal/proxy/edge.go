@@ -441,7 +441,7 @@ func (x *exchange) sendFault(ge *gatewayError, close bool) {
 	x.e.m.exchange("edge", x.upstream(), x.op, ge.Status, "gateway_error", time.Since(x.start))
 	x.e.m.fault("edge", x.upstream(), "gateway", gatewayFaultCode(x.sv, ge.Status))
 	out := faultResponse(nil, ge, x.e.limits().FaultStatus, x.sv, x.req.ProtoMinor, x.id, close || x.req.Close)
-	x.e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(len(out)))
+	x.e.m.addBytes("edge", "client_out", int64(len(out)))
 	_, _ = x.bw.Write(out)
 	_ = x.bw.Flush()
 }
@@ -547,7 +547,7 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	if replayable {
 		raw += int(req.ContentLength)
 	}
-	e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(raw))
+	e.m.addBytes("edge", "client_in", int64(raw))
 	if ow := e.cfg.OneWay; ow != nil && replayable && req.ContentLength > 0 {
 		if body := msg[len(msg)-int(req.ContentLength):]; ow.isOneWay(req.Target, req.Header, body) {
 			return e.acceptOneWay(x, head, body)
@@ -797,7 +797,7 @@ func (e *Edge) sendStreamed(st Stream, head []byte, req *httpwire.Request) error
 			if total > e.limits().MaxRequestBytes {
 				return errTooLarge
 			}
-			e.m.bytes.WithLabelValues("edge", "client_in").Add(float64(n))
+			e.m.addBytes("edge", "client_in", int64(n))
 			if _, err := st.Write(buf[:n]); err != nil {
 				return err
 			}
@@ -887,7 +887,7 @@ func (e *Edge) writeResponse(bw *bufio.Writer, sbr *bufio.Reader, req *httpwire.
 	if err == nil {
 		err = bw.Flush()
 	}
-	e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(n))
+	e.m.addBytes("edge", "client_out", n)
 	return keep, err
 }
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"sort"
 	"testing"
 	"time"
@@ -113,6 +114,30 @@ func TestNewMetricsUnregistered(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	NewMetrics(reg)
 	require.Panics(t, func() { NewMetrics(reg) })
+}
+
+// TestExchangeSeriesCached: the series an exchange touches are resolved once per label
+// set, counted in the right one, and no more of them are kept than the operation bound
+// lets the vector make.
+func TestExchangeSeriesCached(t *testing.T) {
+	m := NewMetrics(nil)
+	m.exchange("edge", "u", "op", 200, "ok", time.Millisecond)
+	m.exchange("edge", "u", "op", 200, "ok", time.Millisecond)
+	m.exchange("edge", "u", "op", 500, "soap_fault", 0)
+	m.addBytes("edge", "client_in", 10)
+	m.addBytes("edge", "client_in", 5)
+	require.Equal(t, 2.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "u", "op", "200", "ok")))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "u", "op", "500", "soap_fault")))
+	require.Equal(t, 15.0, testutil.ToFloat64(m.bytes.WithLabelValues("edge", "client_in")))
+	require.Equal(t, 1, testutil.CollectAndCount(m.duration), "one duration series for edge and u")
+	require.Equal(t, 1, testutil.CollectAndCount(m.bytes), "only the series used")
+
+	for i := range 3 * maxOperations {
+		m.exchange("edge", "u", fmt.Sprintf("op%d", i), 200, "ok", 0)
+	}
+	// "op" (two statuses), the maxOperations-1 names the bound still admits, then "other".
+	require.Len(t, m.exchangeSeries.m, 2+(maxOperations-1)+1)
+	require.Equal(t, float64(3*maxOperations-(maxOperations-1)), testutil.ToFloat64(m.exchanges.WithLabelValues("edge", "u", "other", "200", "ok")))
 }
 
 // Regression: an error detected by the origin used to be counted twice under

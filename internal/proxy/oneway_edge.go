@@ -160,7 +160,7 @@ func (e *Edge) acceptOneWay(x *exchange, head requestHead, body []byte) bool {
 		h = append(h, httpwire.Field{Name: "Connection", Value: "close"})
 	}
 	out := httpwire.AppendResponseHead(nil, x.req.ProtoMinor, ow.AcceptStatus, reasonPhrase(ow.AcceptStatus), h)
-	e.m.bytes.WithLabelValues("edge", "client_out").Add(float64(len(out)))
+	e.m.addBytes("edge", "client_out", int64(len(out)))
 	if _, err := x.bw.Write(out); err != nil {
 		return false
 	}

@@ -511,7 +511,7 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 	}
 	ra := &readAhead{Stream: busyStream{st, x.clock}, tokens: o.aheadTokens, clock: x.clock, gauge: o.m.readAhead}
 	n, err := o.sendResponse(ra, uc, resp)
-	o.m.bytes.WithLabelValues("origin", "server_in").Add(float64(responseHeadLen(resp) + int(n)))
+	o.m.addBytes("origin", "server_in", int64(responseHeadLen(resp))+n)
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
 		// goes out, so the next exchange (often already on its way) finds it idle.
@@ -670,7 +670,7 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 			err = fmt.Errorf("%w: request body of %d bytes, announced %d", errBadEnvelope, c, req.ContentLength)
 		}
 	}
-	o.m.bytes.WithLabelValues("origin", "server_out").Add(float64(n))
+	o.m.addBytes("origin", "server_out", n)
 	if err != nil {
 		return err
 	}
