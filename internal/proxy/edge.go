@@ -394,7 +394,8 @@ var (
 )
 
 func newExchangeID() string {
-	return exchangeIDPrefix + strconv.FormatUint(exchangeCounter.Add(1), 10)
+	var b [32]byte // the prefix (9 bytes) and a counter (at most 20 digits): one allocation, the string's
+	return string(strconv.AppendUint(append(b[:0], exchangeIDPrefix...), exchangeCounter.Add(1), 10))
 }
 
 // exchange is one request/response on a client connection, as the edge handles it.
