@@ -72,9 +72,12 @@ type Stream struct {
 	onClose   func() // the owner's bookkeeping, once
 
 	// Abandonment by the edge (origin streams, AfterFail): abandon fires failed.
-	failMu    sync.Mutex
-	failed    tunnel.Notice // fires when the edge abandons the exchange (AfterFail)
-	stopWatch func() bool   // ends the watch for the edge's STOP_SENDING
+	failMu      sync.Mutex
+	failed      tunnel.Notice // fires when the edge abandons the exchange (AfterFail)
+	failWatched bool          // AfterFail was called: watch for STOP_SENDING once the message streams
+	stopWatch   func() bool   // ends the watch for the edge's STOP_SENDING
+	// outStreaming: bytes of the outgoing message went on the QUIC stream before its end.
+	outStreaming atomic.Bool
 	// delivered fires when the peer acknowledged decoding the outgoing sequenced message
 	// (AfterDelivered); cancelled when the edge abandons the exchange.
 	delivered tunnel.Notice
@@ -198,6 +201,12 @@ func (st *Stream) startStreaming(p []byte) error {
 	}
 	if st.server {
 		st.c.releaseCredit(st.c.creditRipe())
+		st.outStreaming.Store(true)
+		st.failMu.Lock()
+		if st.failWatched {
+			st.watchStopSendingLocked()
+		}
+		st.failMu.Unlock()
 	}
 	if sc := st.c.streamOut; sc != nil && st.c.coding(st.encoding) {
 		if id := st.encoding.Choose(tunnel.StreamStart(st.buf, p), st.c.peerDecodes); id != 0 && st.c.peerDecodes(id) {
@@ -796,12 +805,21 @@ func (st *Stream) Close() error {
 
 // AfterFail arranges for f to run, in a goroutine of its own, once the edge abandons the
 // exchange (at once if it has): an ABANDON control frame names its stream (the edge gave
-// up before the response began), or the edge stops reading it (STOP_SENDING) once it
-// began. The origin then stops an upstream call nobody waits for (proxy.watchAbandon). stop unregisters f and reports whether that kept
-// it from running. One f per stream.
+// up before the response began), or the edge stops reading it (STOP_SENDING) while the
+// response streams. The origin then stops an upstream call nobody waits for
+// (proxy.watchAbandon). stop unregisters f and reports whether that kept it from running.
+// One f per stream.
+//
+// STOP_SENDING is watched only once the response streams (startStreaming): a message sent
+// whole goes out after the upstream call is over, when there is nothing left to stop, and
+// before any of it went ABANDON tells. The watch is a context.AfterFunc on the QUIC
+// stream's context, which cost six allocations per exchange when every exchange made one.
 func (st *Stream) AfterFail(f func()) (stop func() bool) {
 	st.failMu.Lock()
-	st.watchStopSendingLocked()
+	st.failWatched = true
+	if st.outStreaming.Load() {
+		st.watchStopSendingLocked()
+	}
 	st.failMu.Unlock()
 	return tunnel.AfterNotice(&st.failed, f)
 }
