@@ -214,7 +214,8 @@ func (s *Session) enqueueCoded(st *Stream, raw []byte, codec uint8) (bool, error
 		return false, err
 	}
 	s.retainLocked(cost)
-	st.coded = &codedMsg{st: st, raw: raw, codec: codec, cost: cost}
+	st.codedRec = codedMsg{st: st, raw: raw, codec: codec, cost: cost} // a stream codes one message: enqueued once
+	st.coded = &st.codedRec
 	s.enterRingLocked(st)
 	s.mu.Unlock()
 	st.queuedLocked()
@@ -306,7 +307,8 @@ func (s *Session) writeCoded(it outItem) (ended bool, err error) {
 
 	s.mu.Lock()
 	id := st.id
-	e := &sentCoded{st: st, id: id, raw: m.raw, cost: m.cost, size: size, epoch: it.epoch}
+	e := &st.sentRec // written once per stream, as its one coded message is
+	*e = sentCoded{st: st, id: id, raw: m.raw, cost: m.cost, size: size, epoch: it.epoch}
 	s.sent = append(s.sent, e)
 	s.sentByID[id] = e
 	s.mu.Unlock()

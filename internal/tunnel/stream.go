@@ -91,6 +91,10 @@ type Stream struct {
 	codedOut     bool          // the coded message is queued or awaits the peer's ack
 	resending    bool          // sendIdentity runs for this stream
 	finishWanted bool          // the exchange is over; finish once codedOut and resending clear
+	// The records of the one coded message a stream sends (enqueueCoded, writeCoded),
+	// kept here rather than allocated for each message.
+	codedRec codedMsg
+	sentRec  sentCoded
 
 	readDL, writeDL deadline
 }
