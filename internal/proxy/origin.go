@@ -114,7 +114,10 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// the stream or the context.
 	clock := startProgressClock(o.limits().ExchangeTimeout, end)
 	defer clock.stop()
-	clock.onExpire(func() { _ = st.SetDeadline(time.Unix(1, 0)) })
+	// st may be wrapped below (a held exchange); closures take tunnelSt or a copy, so that
+	// st itself is not captured (a captured variable that changes moves to the heap).
+	tunnelSt := st // the stream itself, for watchAbandon
+	clock.onExpire(func() { _ = tunnelSt.SetDeadline(time.Unix(1, 0)) })
 	sbr := readerPool.Get().(*bufio.Reader)
 	sbr.Reset(progressReader{st, clock})
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
@@ -138,7 +141,6 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	ctx = ec
 	defer ec.end(nil)
 	clock.onExpire(func() { ec.end(errNoProgress) })
-	tunnelSt := st            // the stream itself, for watchAbandon
 	var resumable func() bool // nil: the exchange ends with its stream
 	var oneWay *oneWayDelivery
 	if envelope.IsOneWay(x.req.ExchangeID) {
@@ -211,10 +213,10 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// abandoned the exchange) unblock the upstream call and the stream. A connection
 	// interrupted this way is never pooled: it is closed, so the upstream sees the call
 	// abandoned.
-	upConn := uc.conn
+	upConn, cur := uc.conn, st
 	stopAbort := ec.AfterFunc(func() {
 		_ = upConn.SetDeadline(time.Unix(1, 0))
-		_ = st.Close()
+		_ = cur.Close()
 	})
 	defer stopAbort()
 
