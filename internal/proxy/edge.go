@@ -628,7 +628,16 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 	if replayable {
 		x.startWatch() // the request is read whole
 	}
-	for attempt := 0; attempt < 3; attempt++ {
+	// One deferred call ends the close-on-ctx of every stream opened (a defer in the loop
+	// would be allocated on each exchange).
+	var stops [3]func() bool
+	opens := 0
+	defer func() {
+		for _, stop := range stops[:opens] {
+			stop()
+		}
+	}()
+	for attempt := 0; attempt < len(stops); attempt++ {
 		var err error
 		st, err = open.OpenStream(ctx)
 		if err != nil {
@@ -641,8 +650,8 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			return nil, nil, nil, nil, x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", peer, err), !replayable)
 		}
 		opened := st
-		stop := afterFunc(ctx, func() { _ = opened.Close() })
-		defer stop()
+		stops[opens] = afterFunc(ctx, func() { _ = opened.Close() })
+		opens++
 		// The clock bounds the stream's reads and writes, also while respond relays the
 		// response after this returns (stop above has ended the close-on-ctx by then).
 		x.clock.onExpire(func() { _ = opened.SetDeadline(time.Unix(1, 0)) })
