@@ -92,9 +92,11 @@ type Stream struct {
 	resending    bool          // sendIdentity runs for this stream
 	finishWanted bool          // the exchange is over; finish once codedOut and resending clear
 	// The records of the one coded message a stream sends (enqueueCoded, writeCoded),
-	// kept here rather than allocated for each message.
-	codedRec codedMsg
-	sentRec  sentCoded
+	// kept here rather than allocated for each message, and the first backing array of
+	// chunks (a coded message arrives as one chunk).
+	codedRec  codedMsg
+	sentRec   sentCoded
+	chunkRoom [1]chunk
 
 	readDL, writeDL deadline
 }
@@ -106,7 +108,7 @@ type chunk struct {
 }
 
 func newStream(s *Session, id uint32, sendWindow uint32) *Stream {
-	return &Stream{
+	st := &Stream{
 		s:       s,
 		id:      id,
 		rwindow: int64(s.local.Window),
@@ -114,6 +116,8 @@ func newStream(s *Session, id uint32, sendWindow uint32) *Stream {
 		rsig:    make(chan struct{}, 1),
 		ssig:    make(chan struct{}, 1),
 	}
+	st.chunks = st.chunkRoom[:0]
+	return st
 }
 
 // ID is the stream id (0 for a locally opened stream that has sent nothing yet).
