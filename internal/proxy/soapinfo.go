@@ -74,8 +74,39 @@ func firstBodyElement(b []byte) string {
 		if c := bytes.LastIndexByte(name, ':'); c >= 0 {
 			name = name[c+1:]
 		}
-		return string(name)
+		return opNames.intern(name)
 	}
+}
+
+// opNames holds the operation names seen in bodies, so that naming the operation of a
+// request costs no allocation once its name is known. Bounded like the operation label
+// (names come from clients); names past the bound are made anew each time.
+var opNames = internTable{max: 4 * maxOperations}
+
+type internTable struct {
+	mu  sync.RWMutex
+	max int
+	m   map[string]string
+}
+
+// intern returns b as a string, the same one for the same bytes while the table has room.
+func (t *internTable) intern(b []byte) string {
+	t.mu.RLock()
+	s, ok := t.m[string(b)] // no allocation for the lookup
+	t.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = string(b)
+	t.mu.Lock()
+	if len(t.m) < t.max {
+		if t.m == nil {
+			t.m = make(map[string]string)
+		}
+		t.m[s] = s
+	}
+	t.mu.Unlock()
+	return s
 }
 
 // faultCodeOf extracts the fault code of a SOAP Fault body (prefix dropped, subcodes after

@@ -32,6 +32,22 @@ func TestOperationOf(t *testing.T) {
 	}
 }
 
+// TestInternTable: the same bytes give the same string without an allocation once
+// seen; past the bound, names are still right, only made anew.
+func TestInternTable(t *testing.T) {
+	tab := internTable{max: 2}
+	body := []byte("addEntry")
+	a := tab.intern(body)
+	require.Equal(t, "addEntry", a)
+	body[0] = 'X' // the table kept a copy, not a view
+	require.Equal(t, "addEntry", a)
+	require.Equal(t, "XddEntry", tab.intern(body))
+	require.Equal(t, "three", tab.intern([]byte("three")))
+	require.Len(t, tab.m, 2, "bounded")
+	seen := []byte("addEntry")
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = tab.intern(seen) }))
+}
+
 func TestFaultCodeOf(t *testing.T) {
 	for body, want := range map[string]string{
 		`<soap:Fault><faultcode>soap:Server</faultcode>`:                                "Server",
