@@ -609,19 +609,19 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 	armDeadline(ctx, uc.conn.SetWriteDeadline, x.deadline)
 	mp := msgPool.Get().(*[]byte)
 	out := httpwire.AppendRequestHead((*mp)[:0], req.Method, req.Target, minor, h)
-	body2 := []byte(nil) // written after out, when both fit the buffered writer
+	var after []byte // the buffered body, written after out when both fit the writer's buffer
 	if buffered {
 		if len(out)+len(x.body) <= uc.bw.Available() {
-			body2 = x.body
+			after = x.body
 		} else {
 			out = append(out, x.body...) // one system call for head and body
 		}
 	}
 	_, err := uc.bw.Write(out)
-	if err == nil && body2 != nil {
-		_, err = uc.bw.Write(body2)
+	if err == nil && after != nil {
+		_, err = uc.bw.Write(after)
 	}
-	n := int64(len(out) + len(body2))
+	n := int64(len(out) + len(after))
 	if cap(out) <= maxPooledMsg {
 		*mp = out[:0]
 		msgPool.Put(mp)
@@ -748,8 +748,10 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 	mp := msgPool.Get().(*[]byte)
 	hb := head.Append((*mp)[:0])
 	_, err := st.Write(hb) // a Stream copies what it is given
-	*mp = hb[:0]
-	msgPool.Put(mp)
+	if cap(hb) <= maxPooledMsg {
+		*mp = hb[:0]
+		msgPool.Put(mp)
+	}
 	if err != nil {
 		return 0, err
 	}
