@@ -142,6 +142,7 @@ func pooledOnly(b []byte) []byte {
 	}
 	return nil
 }
+
 func (s *Session) String() string {
 	return fmt.Sprintf("session(%s->%s %s)", s.conn.LocalAddr(), s.conn.RemoteAddr(), s.peer.Node)
 }
