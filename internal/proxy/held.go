@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,25 +62,23 @@ type heldStore struct {
 	tombs  map[string]time.Time
 	tombQ  []tombstone // tombs by time, oldest first: expiry looks at the head only
 
-	// gone remembers the exchanges the store held and forgot (expired, evicted, lost), by
-	// a hash of their id, the last maxGone of them; horizon is when the newest one it
-	// had to drop for room was forgotten. An exchange begun after horizon that is
-	// neither held nor gone never arrived (neverArrived). A hash collision can only make
-	// an exchange look as if it had arrived: the safe side.
-	seed    maphash.Seed
-	gone    map[uint64]int32 // hash → how many of goneQ have it
-	goneQ   []goneRecord     // ring, oldest at goneAt
-	goneAt  int
-	horizon time.Time
+	// goneHash remembers the exchanges the store held and forgot (expired, evicted,
+	// lost), by a hash of their id, the last maxGone of them in the order they were
+	// forgotten; horizon is when the newest one it had to drop for room was forgotten.
+	// An exchange begun after horizon that is neither held nor gone never arrived
+	// (neverArrived). A hash collision can only make an exchange look as if it had
+	// arrived: the safe side. Only a resume asks, so it scans the hashes (goneLocked,
+	// 512 KiB at most) rather than every exchange keeping an index up to date (a map of
+	// 64 Ki hashes cost about 1 % of the origin's CPU).
+	seed     maphash.Seed
+	goneHash []uint64    // ring, oldest at goneAt
+	goneTime []time.Time // when each was forgotten, beside goneHash
+	goneAt   int
+	horizon  time.Time
 }
 
-type goneRecord struct {
-	hash uint64
-	at   time.Time
-}
-
-// maxGone bounds the gone records: about 40 bytes each, 2.5 MiB when full. At 100
-// exchanges a second they reach eleven minutes back.
+// maxGone bounds the gone records: 32 bytes each (hash and time), 2 MiB when full. At
+// 100 exchanges a second they reach eleven minutes back.
 const maxGone = 1 << 16
 
 type tombstone struct {
@@ -106,25 +105,26 @@ func newHeldStore(window time.Duration, maxBytes int64, m *heldMetrics) *heldSto
 	return &heldStore{
 		window: window, maxBytes: maxBytes, maxEach: maxBytes / 8, now: time.Now, m: m,
 		byID: make(map[string]*heldExchange), tombs: make(map[string]time.Time),
-		seed: maphash.MakeSeed(), gone: make(map[uint64]int32),
+		seed: maphash.MakeSeed(),
 	}
 }
 
 // forgetLocked records that the store forgot the exchange id.
 func (s *heldStore) forgetLocked(id string) {
-	rec := goneRecord{hash: maphash.String(s.seed, id), at: s.now()}
-	if len(s.goneQ) < maxGone {
-		s.goneQ = append(s.goneQ, rec)
-	} else {
-		old := s.goneQ[s.goneAt]
-		if s.gone[old.hash]--; s.gone[old.hash] <= 0 {
-			delete(s.gone, old.hash)
-		}
-		s.horizon = old.at
-		s.goneQ[s.goneAt] = rec
-		s.goneAt = (s.goneAt + 1) % maxGone
+	h, now := maphash.String(s.seed, id), s.now()
+	if len(s.goneHash) < maxGone {
+		s.goneHash = append(s.goneHash, h)
+		s.goneTime = append(s.goneTime, now)
+		return
 	}
-	s.gone[rec.hash]++
+	s.horizon = s.goneTime[s.goneAt]
+	s.goneHash[s.goneAt], s.goneTime[s.goneAt] = h, now
+	s.goneAt = (s.goneAt + 1) % maxGone
+}
+
+// goneLocked reports whether an exchange whose id hashes to h is among the forgotten.
+func (s *heldStore) goneLocked(h uint64) bool {
+	return slices.Contains(s.goneHash, h)
 }
 
 // neverArrived answers a resume for an id the store does not hold, whose request was
@@ -139,7 +139,7 @@ func (s *heldStore) neverArrived(id string, since time.Time) bool {
 	defer s.mu.Unlock()
 	s.expireLocked()
 	_, tombed := s.tombs[id]
-	if s.byID[id] != nil || tombed || !s.horizon.Before(since) || s.gone[maphash.String(s.seed, id)] > 0 {
+	if s.byID[id] != nil || tombed || !s.horizon.Before(since) || s.goneLocked(maphash.String(s.seed, id)) {
 		if !tombed && s.byID[id] == nil {
 			s.tombLocked(id)
 		}

@@ -272,7 +272,8 @@ func TestHeldStoreNeverArrived(t *testing.T) {
 	require.Equal(t, at, s.horizon, "the oldest record dropped for room")
 	require.False(t, s.neverArrived("lost-2", at), "the connection came up when a dropped record was forgotten")
 	require.True(t, s.neverArrived("lost-3", at.Add(time.Nanosecond)))
-	require.Len(t, s.gone, maxGone, "bounded")
+	require.Len(t, s.goneHash, maxGone, "bounded")
+	require.Len(t, s.goneTime, maxGone, "bounded")
 }
 
 func TestOriginInstance(t *testing.T) {
