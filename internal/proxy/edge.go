@@ -289,6 +289,15 @@ var (
 // for a large request body is left to the collector rather than kept for small heads.
 const maxPooledMsg = 64 << 10
 
+// putMsgBuf gives b, taken from msgPool as *mp, back to the pool unless it grew past
+// maxPooledMsg.
+func putMsgBuf(mp *[]byte, b []byte) {
+	if cap(b) <= maxPooledMsg {
+		*mp = b[:0]
+		msgPool.Put(mp)
+	}
+}
+
 // serveConn reads requests from one client connection and answers them in order, which
 // is all HTTP/1.1 pipelining asks: the next request's bytes wait in br meanwhile.
 func (e *Edge) serveConn(cc *clientConn, listener string) {

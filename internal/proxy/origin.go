@@ -622,10 +622,7 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 		_, err = uc.bw.Write(after)
 	}
 	n := int64(len(out) + len(after))
-	if cap(out) <= maxPooledMsg {
-		*mp = out[:0]
-		msgPool.Put(mp)
-	}
+	putMsgBuf(mp, out)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUpstreamWrite, err)
 	}
@@ -748,10 +745,7 @@ func (o *Origin) sendResponse(st Stream, uc *upstreamConn, resp *httpwire.Respon
 	mp := msgPool.Get().(*[]byte)
 	hb := head.Append((*mp)[:0])
 	_, err := st.Write(hb) // a Stream copies what it is given
-	if cap(hb) <= maxPooledMsg {
-		*mp = hb[:0]
-		msgPool.Put(mp)
-	}
+	putMsgBuf(mp, hb)
 	if err != nil {
 		return 0, err
 	}

@@ -22,7 +22,7 @@ func (n *Notice) then(f func(), async bool) {
 	n.mu.Lock()
 	if n.fired {
 		n.mu.Unlock()
-		run(f, async)
+		runNoticed(f, async)
 		return
 	}
 	if !n.cancelled {
@@ -31,7 +31,8 @@ func (n *Notice) then(f func(), async bool) {
 	n.mu.Unlock()
 }
 
-func run(f func(), async bool) {
+// runNoticed runs a notice's f, in a goroutine of its own when async.
+func runNoticed(f func(), async bool) {
 	if async {
 		go f()
 	} else {
@@ -51,7 +52,7 @@ func (n *Notice) Fire() {
 	n.f = nil
 	n.mu.Unlock()
 	if f != nil {
-		run(f, async)
+		runNoticed(f, async)
 	}
 }
 
