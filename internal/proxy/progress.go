@@ -54,9 +54,10 @@ var errNoProgress = errors.New("soapgw: exchange made no progress")
 // startProgressClock starts a clock for an exchange that begins now. end is its hard
 // bound (zero: none).
 func startProgressClock(stall time.Duration, end time.Time) *progressClock {
-	c := &progressClock{stall: stall, end: end, base: time.Now()}
+	now := time.Now()
+	c := &progressClock{stall: stall, end: end, base: now}
 	c.hooks = c.hookBuf[:0]
-	c.timer = time.AfterFunc(c.wait(time.Now()), c.check)
+	c.timer = time.AfterFunc(c.wait(now), c.check)
 	return c
 }
 

@@ -59,6 +59,7 @@ type conn struct {
 
 	codecs    [maxCodecID + 1]tunnel.MessageCodec // those both sides decode, by id
 	stateless [maxCodecID + 1]bool
+	decodes   func(id uint8) bool       // peerDecodes as a value, made once: a method value allocates
 	encPools  [maxCodecID + 1]sync.Pool // stateless encoders
 	decPools  [maxCodecID + 1]sync.Pool // stateless decoders
 	maxCoded  int                       // largest message sent coded: min(ours, peer's)
@@ -184,12 +185,14 @@ func (l *encLane) wake(n uint64) {
 
 // decLane is the receiver's sequenced codec state.
 type decLane struct {
-	mu      sync.Mutex
-	codec   uint8
-	d       tunnel.MessageDecoder
-	done    atomic.Uint64 // last seq decoded
-	broken  bool          // only a fresh message can be decoded
-	changed chan struct{} // closed and replaced when done or broken changes
+	mu     sync.Mutex
+	codec  uint8
+	d      tunnel.MessageDecoder
+	done   atomic.Uint64 // last seq decoded
+	broken bool          // only a fresh message can be decoded
+	// changed is closed when done or broken changes; made by a message that waits its
+	// turn (waitTurn), so the lane's progress costs no channel while nobody waits.
+	changed chan struct{}
 }
 
 // lossWait bounds how long a sequenced message waits for the one before it (only with a
@@ -271,7 +274,7 @@ func newConn(qc *quicgo.Conn, cfg *tunnel.Config, m *Metrics, label string, log 
 	c := &conn{qc: qc, cfg: cfg, label: label, m: m.conn(label, cfg.CodecName), log: log}
 	c.goAwayCh = make(chan struct{})
 	c.enc.fresh = true
-	c.dec.changed = make(chan struct{})
+	c.decodes = c.peerDecodes
 	c.window.fixed = 1
 	c.prober.init(c)
 	c.ackTimer = time.AfterFunc(time.Hour, c.sendPendingAck)
@@ -367,16 +370,17 @@ func (c *conn) peerDecodes(id uint8) bool {
 // coding reports whether messages on this connection are worth buffering to code.
 func (c *conn) coding(e tunnel.Encoding) bool { return e != nil && c.maxCoded > 0 }
 
-// encode codes a whole message for the head h it returns: sequenced when the chosen codec
-// keeps state and the lane is free, otherwise stateless, otherwise identity. A bulk
-// message (Stream.SetBulk) waits for room in the lane instead, until at the latest.
-func (c *conn) encode(st *Stream, e tunnel.Encoding, raw []byte, bulk bool, until time.Time) (head, []byte) {
+// encode codes a whole message, appended to dst, for the head h it returns: sequenced when
+// the chosen codec keeps state and the lane is free, otherwise stateless, otherwise
+// identity (h.Codec 0, dst returned as it came). A bulk message (Stream.SetBulk) waits for
+// room in the lane instead, until at the latest.
+func (c *conn) encode(st *Stream, e tunnel.Encoding, dst, raw []byte, bulk bool, until time.Time) (head, []byte) {
 	if e == nil || len(raw) > c.maxCoded {
-		return head{}, nil
+		return head{}, dst
 	}
-	id := e.Choose(raw, c.peerDecodes)
+	id := e.Choose(raw, c.decodes)
 	if id != 0 && c.peerDecodes(id) && !c.stateless[id] {
-		h, p, err := c.encodeSequenced(st, id, raw, bulk, until)
+		h, p, err := c.encodeSequenced(st, id, dst, raw, bulk, until)
 		if err == nil {
 			return h, p
 		}
@@ -387,18 +391,18 @@ func (c *conn) encode(st *Stream, e tunnel.Encoding, raw []byte, bulk bool, unti
 		id = e.Choose(raw, func(id uint8) bool { return id == 0 || (c.peerDecodes(id) && c.stateless[id]) })
 	}
 	if id == 0 || !c.peerDecodes(id) || !c.stateless[id] {
-		return head{}, nil
+		return head{}, dst
 	}
 	enc, _ := c.encPools[id].Get().(tunnel.MessageEncoder)
 	if enc == nil {
 		var err error
 		if enc, err = c.codecs[id].NewEncoder(); err != nil {
-			return head{}, nil
+			return head{}, dst
 		}
 	}
-	p, err := enc.Encode(nil, raw)
+	p, err := enc.Encode(dst, raw)
 	if err != nil {
-		return head{}, nil // a stateless encoder has no state to lose; it stays usable
+		return head{}, dst // a stateless encoder has no state to lose; it stays usable
 	}
 	c.encPools[id].Put(enc)
 	return head{Codec: id, Mode: modeStateless, RawLen: uint64(len(raw))}, p
@@ -420,7 +424,7 @@ func (w *windowPolicy) bulkSize() uint64 {
 	return bulkWindow
 }
 
-func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, until time.Time) (head, []byte, error) {
+func (c *conn) encodeSequenced(st *Stream, id uint8, dst, raw []byte, bulk bool, until time.Time) (head, []byte, error) {
 	l := &c.enc
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -460,7 +464,7 @@ func (c *conn) encodeSequenced(st *Stream, id uint8, raw []byte, bulk bool, unti
 		clear(l.awaiting)
 		l.awaiting = nil
 	}
-	p, err := l.e.Encode(nil, raw)
+	p, err := l.e.Encode(dst, raw)
 	if err != nil {
 		l.fresh = true // its state may be half-updated
 		return head{}, nil, err
@@ -642,6 +646,9 @@ func (c *conn) waitTurn(seq uint64) error {
 		}
 	}()
 	for !l.broken && seq > l.done.Load()+1 {
+		if l.changed == nil {
+			l.changed = make(chan struct{})
+		}
 		ch := l.changed
 		l.mu.Unlock()
 		select {
@@ -700,8 +707,10 @@ func (c *conn) setDecoded(done uint64, broken bool) {
 	l := &c.dec
 	l.done.Store(done)
 	l.broken = broken
-	close(l.changed)
-	l.changed = make(chan struct{})
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
 }
 
 // takeAck returns the acknowledgement an outgoing message head should carry, if any.

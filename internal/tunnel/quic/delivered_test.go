@@ -96,7 +96,7 @@ func TestUDPCodecSwitchWaitsForTheLane(t *testing.T) {
 		n := &atomic.Int32{}
 		told[name] = n
 		st.AfterDelivered(func() { n.Add(1) })
-		h, _, err := c.encodeSequenced(st, id, soapMessage(len(told), 400), false, time.Time{})
+		h, _, err := c.encodeSequenced(st, id, nil, soapMessage(len(told), 400), false, time.Time{})
 		return h, err
 	}
 	_, err = encode("a", token)

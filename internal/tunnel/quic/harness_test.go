@@ -134,9 +134,11 @@ type pair struct {
 type pairOptions struct {
 	codecs   bool
 	encoding tunnel.Encoding
-	edgeKey  string // key file content for the edge; default the origin's
-	plain    bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
-	window   int    // sequenced window, both sides
+	// codecList replaces testCodecs on both sides (with codecs).
+	codecList func(testing.TB) []tunnel.MessageCodec
+	edgeKey   string // key file content for the edge; default the origin's
+	plain     bool   // the edge's socket is a bare *net.UDPConn (quic-go's fast paths), not droppable
+	window    int    // sequenced window, both sides
 	// bulkWindow is the window of bulk messages, both sides (0: the default).
 	bulkWindow int
 	copies     Redundancy    // the edge's redundancy (zero: off)
@@ -185,7 +187,11 @@ func newPair(t testing.TB, o pairOptions) *pair {
 	sess := &tunnel.Config{Node: "origin", KeepaliveInterval: ka, KeepaliveTimeout: ka, Instance: o.instance}
 	esess := &tunnel.Config{Node: "edge", KeepaliveInterval: ka, KeepaliveTimeout: ka}
 	if o.codecs {
-		sess.Codecs, esess.Codecs = testCodecs(t), testCodecs(t)
+		list := testCodecs
+		if o.codecList != nil {
+			list = o.codecList
+		}
+		sess.Codecs, esess.Codecs = list(t), list(t)
 		enc := o.encoding
 		if enc == nil {
 			enc, _ = codec.NewPolicy("token", 0)

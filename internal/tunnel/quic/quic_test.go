@@ -48,6 +48,76 @@ func TestUDPExchangeConcurrent(t *testing.T) {
 	require.Zero(t, p.counter(t, "soapgw_udp_codec_nacks_total"))
 }
 
+// paddedCodec is a codec whose payloads are pad bytes longer than its inner codec's: it
+// codes messages larger than they are, as incompressible bytes do on a smaller scale.
+type paddedCodec struct {
+	tunnel.MessageCodec
+	pad int
+}
+
+func (c paddedCodec) NewEncoder() (tunnel.MessageEncoder, error) {
+	e, err := c.MessageCodec.NewEncoder()
+	return paddedEncoder{e, c.pad}, err
+}
+
+func (c paddedCodec) NewDecoder(max int) (tunnel.MessageDecoder, error) {
+	d, err := c.MessageCodec.NewDecoder(max)
+	return paddedDecoder{d, c.pad}, err
+}
+
+type paddedEncoder struct {
+	tunnel.MessageEncoder
+	pad int
+}
+
+func (e paddedEncoder) Encode(dst, msg []byte) ([]byte, error) {
+	return e.MessageEncoder.Encode(append(dst, make([]byte, e.pad)...), msg)
+}
+
+type paddedDecoder struct {
+	tunnel.MessageDecoder
+	pad int
+}
+
+func (d paddedDecoder) Decode(dst, payload []byte) ([]byte, error) {
+	if len(payload) < d.pad {
+		return dst, errors.New("padded payload too short")
+	}
+	return d.MessageDecoder.Decode(dst, payload[d.pad:])
+}
+
+// TestUDPMessagesCodedPastTheirSize: a message is coded into the buffer it is sent from,
+// after room for its head; one whose payload outgrows that buffer (raw size plus a
+// little) is sent from one of its own, intact. Both ways, stateful and stateless codecs,
+// sizes around the slack.
+func TestUDPMessagesCodedPastTheirSize(t *testing.T) {
+	for _, name := range []string{"token", "gzip"} {
+		for _, pad := range []int{0, codedSlack - 8, codedSlack + 1, 5000} {
+			t.Run(fmt.Sprintf("%s/pad-%d", name, pad), func(t *testing.T) {
+				enc, err := codec.NewPolicy(name, 0)
+				require.NoError(t, err)
+				p := newPair(t, pairOptions{codecs: true, encoding: enc, codecList: func(t testing.TB) []tunnel.MessageCodec {
+					var out []tunnel.MessageCodec
+					for _, c := range testCodecs(t) {
+						out = append(out, paddedCodec{c, pad})
+					}
+					return out
+				}})
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				for i, size := range []int{40, 300, 2000} {
+					req := soapMessage(i, size)
+					resp, err := p.call(ctx, req)
+					require.NoError(t, err)
+					require.Equal(t, append([]byte("echo:"), req...), resp)
+				}
+				require.Equal(t, float64(6), p.counter(t, "soapgw_udp_codec_messages_total", "codec", name, "direction", "sent"),
+					"every message went coded")
+			})
+		}
+	}
+}
+
 // TestUDPLossSafeCache: a sequenced message whose bytes are held back (as by a lost
 // packet) holds up no other message. The tail of message A, sequenced, is withheld; message
 // B, sent meanwhile, is coded stateless (the lane is A's), decoded and answered at once; A

@@ -47,8 +47,9 @@ type Stream struct {
 
 	wmu       sync.Mutex
 	encoding  tunnel.Encoding
-	buf       []byte // the message while it may still be coded
-	streaming bool   // the message streams: writes pass through (coded by senc if set)
+	buf       []byte  // the message while it may still be coded
+	rawBox    *[]byte // buf's backing array came from rawPool in this box (nil: not pooled)
+	streaming bool    // the message streams: writes pass through (coded by senc if set)
 	wclosed   bool
 	bulk      bool                 // SetBulk: may be coded behind a full window
 	werr      error                // a streamed message's encoder failed: every later write fails with it
@@ -135,8 +136,35 @@ func (st *Stream) Write(p []byte) (int, error) {
 		}
 		return len(p), nil
 	}
+	if st.buf == nil {
+		st.rawBox = rawPool.Get().(*[]byte)
+		st.buf = (*st.rawBox)[:0]
+	}
 	st.buf = append(st.buf, p...)
 	return len(p), nil
+}
+
+// rawPool holds the buffers outgoing messages are gathered in until CloseWrite codes
+// them: an exchange's message grew a new one in a few steps. Boxed, so a buffer goes
+// back without allocating its slice header.
+var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, rawBufSize); return &b }}
+
+const (
+	rawBufSize   = 4 << 10  // most SOAP messages fit
+	maxPooledRaw = 64 << 10 // larger buffers are left to the collector
+)
+
+// releaseRaw gives raw, the gathered message nobody refers to any more, back to
+// rawPool. Called with wmu held.
+func (st *Stream) releaseRaw(raw []byte) {
+	if st.rawBox == nil {
+		return
+	}
+	if cap(raw) <= maxPooledRaw {
+		*st.rawBox = raw[:0]
+		rawPool.Put(st.rawBox)
+	}
+	st.rawBox = nil
 }
 
 // SetBulk marks the outgoing message as bulk: nobody waits on its latency (a one-way
@@ -209,7 +237,7 @@ func (st *Stream) startStreaming(p []byte) error {
 		st.failMu.Unlock()
 	}
 	if sc := st.c.streamOut; sc != nil && st.c.coding(st.encoding) {
-		if id := st.encoding.Choose(tunnel.StreamStart(st.buf, p), st.c.peerDecodes); id != 0 && st.c.peerDecodes(id) {
+		if id := st.encoding.Choose(tunnel.StreamStart(st.buf, p), st.c.decodes); id != 0 && st.c.peerDecodes(id) {
 			st.sw = streamedSink{st: st, head: st.appendHead(make([]byte, 0, maxHeadLen), head{Codec: sc.ID(), Mode: modeStreamed})}
 			enc, err := sc.NewStreamEncoder(&st.sw)
 			if err == nil {
@@ -298,6 +326,36 @@ func (w *streamedSink) flushHead() error {
 	return w.st.mapErr(err)
 }
 
+// frameMessage codes raw and returns the message as it goes on the stream, its head and
+// its payload (raw itself when it travels uncoded). The payload is coded into the one
+// buffer the message is sent from, after room for the head, and the head is written into
+// that room: coding into a buffer of its own grew it a few times per message, and
+// joining head and payload copied it once more.
+func (st *Stream) frameMessage(raw []byte) (b []byte, h head, payload []byte) {
+	buf := make([]byte, maxHeadLen, maxHeadLen+len(raw)+codedSlack)
+	h, payload = st.c.encode(st, st.encoding, buf[maxHeadLen:], raw, st.bulk, st.deadline())
+	if h.Codec == 0 {
+		payload = append(payload[:0], raw...)
+	}
+	var hb [maxHeadLen]byte
+	hd := st.appendHead(hb[:0], h)
+	if cap(payload) != cap(buf)-maxHeadLen { // the coder outgrew the buffer
+		b = append(append(make([]byte, 0, len(hd)+len(payload)), hd...), payload...)
+	} else {
+		start := maxHeadLen - len(hd)
+		copy(buf[start:], hd)
+		b = buf[start : maxHeadLen+len(payload)]
+	}
+	if h.Codec == 0 {
+		payload = raw
+	}
+	return b, h, payload
+}
+
+// codedSlack is how far past its raw size frameMessage lets a coded message grow before
+// it needs a buffer of its own (incompressible bytes cost a codec a little more).
+const codedSlack = 64
+
 // appendHead appends h with any acknowledgement due to the peer.
 func (st *Stream) appendHead(dst []byte, h head) []byte {
 	h.Ack, h.HasAck = st.c.takeAck()
@@ -348,13 +406,10 @@ func (st *Stream) CloseWrite() error {
 		st.qs.CancelWrite(codeCancelled)
 		return &notSentError{err}
 	}
-	h, payload := st.c.encode(st, st.encoding, raw, st.bulk, st.deadline())
-	if h.Codec == 0 {
-		payload = raw
-	}
-	b := st.appendHead(make([]byte, 0, maxHeadLen+len(payload)), h)
-	b = append(b, payload...)
-	st.c.m.message("sent", h.Codec, h.Mode, len(raw), len(payload))
+	b, h, payload := st.frameMessage(raw)
+	payloadLen := len(payload)
+	st.releaseRaw(raw) // coded or copied into b
+	st.c.m.message("sent", h.Codec, h.Mode, len(raw), payloadLen)
 	if st.server {
 		st.c.releaseCredit(st.c.creditRipe())
 	}
