@@ -728,7 +728,7 @@ func (m *model) codeRingIdx(c *coder, x *vctx, k int) int {
 // codeDelta codes d, a step between two values of shape bs, in the
 // largest unit that divides it.
 func (m *model) codeDelta(c *coder, x *vctx, b int, bs shape, d int64, u int) int64 {
-	us := units(bs)
+	us := units(&bs)
 	// Most fields keep their unit (cents, whole seconds): one decision
 	// says so, the unit tree is coded only when it changes.
 	if c.bit(&x.pSameUnit[b], b2u(u == int(x.lastUnit[b]))) == 1 {
@@ -743,6 +743,9 @@ func (m *model) codeDelta(c *coder, x *vctx, b int, bs shape, d int64, u int) in
 	}
 	if x.d[b] == nil {
 		x.d[b] = new(numModel)
+	}
+	if u == 0 { // most deltas: no division
+		return unzigzag(c.num(x.d[b], zigzag(d)))
 	}
 	q := c.num(x.d[b], zigzag(d/us[u]))
 	return unzigzag(q) * us[u]
@@ -781,10 +784,10 @@ func (m *model) baseUnits(x *vctx, bsh *[4]shape, bb *[4][]byte, sh shape, v []b
 		}
 		d := sh.v - bs.v
 		if d != 0 {
-			us := units(*bs)
-			u := len(us) - 1
-			for d%us[u] != 0 {
-				u--
+			us := units(bs)
+			u := 0 // the units that divide d are the first few (see units)
+			for u < len(us)-1 && d%us[u+1] == 0 {
+				u++
 			}
 			unit[b], q[b] = int8(u), zigzag(d/us[u])
 			continue

@@ -279,6 +279,52 @@ func (c *coder) treeDec(p []prob, n int, node uint32) uint32 {
 	return node
 }
 
+// treeEncFlat is treeEnc without branches on the bits, for the same bits as treeDecFlat.
+func (c *coder) treeEncFlat(p []prob, n int, node, v uint32) {
+	rng, low := c.rng, c.low
+	for i := n - 1; i >= 0; i-- {
+		b := v >> uint(i) & 1
+		one := -b // all ones for a 1 bit
+		pp := &p[node]
+		pv := uint32(int32(*pp) + probHalf)
+		bound := (rng >> probBits) * pv
+		low += uint64(bound & one)
+		rng = bound&^one | (rng-bound)&one
+		*pp += prob(int32((probOne-pv)>>moveBits)&^int32(one) - int32(pv>>moveBits)&int32(one))
+		for rng < rcTop {
+			rng <<= 8
+			c.low = low
+			c.shiftLow()
+			low = c.low
+		}
+		node = node<<1 | b
+	}
+	c.rng, c.low = rng, low
+}
+
+// treeDecFlat is treeDec without branches on the bits: for the bits of wide numbers
+// (numRest), which are near one half, so that a branch on them mispredicts every other
+// time. Where a tree's bits are well predicted (lengths, units, bytes) treeDec is faster.
+func (c *coder) treeDecFlat(p []prob, n int, node uint32) uint32 {
+	rng, code := c.rng, c.code
+	for range n {
+		pp := &p[node]
+		pv := uint32(int32(*pp) + probHalf)
+		bound := (rng >> probBits) * pv
+		one := uint32(^((int64(code) - int64(bound)) >> 63)) // all ones for a 1 bit
+		code -= bound & one
+		rng = bound&^one | (rng-bound)&one
+		*pp += prob(int32((probOne-pv)>>moveBits)&^int32(one) - int32(pv>>moveBits)&int32(one))
+		node = node<<1 | one&1
+		for rng < rcTop {
+			rng <<= 8
+			code = code<<8 | uint32(c.next())
+		}
+	}
+	c.rng, c.code = rng, code
+	return node
+}
+
 // byte1 codes a byte with an order-1 literal model row.
 func (c *coder) byte1(p *[256]prob, v byte) byte {
 	return byte(c.tree(p[:], 8, uint32(v)))
@@ -338,10 +384,10 @@ func (c *coder) numRest(tp []prob, topBits, nn int, v uint64) uint64 {
 	r := uint64(1)
 	t := min(rem, topBits)
 	if c.dec {
-		r = uint64(c.treeDec(tp, t, 1)) // the leading one, then the t bits
+		r = uint64(c.treeDecFlat(tp, t, 1)) // the leading one, then the t bits
 	} else {
 		top := uint32(v>>uint(rem-t)) & (1<<uint(t) - 1)
-		c.treeEnc(tp, t, 1, top)
+		c.treeEncFlat(tp, t, 1, top)
 		r = r<<uint(t) | uint64(top)
 	}
 	rem -= t

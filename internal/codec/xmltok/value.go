@@ -28,17 +28,28 @@ var pow10 = [...]int64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11
 
 // units are the step sizes a delta of each kind may be coded in: the
 // encoder uses the largest that divides the delta, so day steps of a
-// timestamp or cents of a price cost a few bits.
-func units(s shape) [5]int64 {
-	switch s.kind {
-	case shDateTime, shTime:
-		p := pow10[s.frac]
-		return [5]int64{1, p, 60 * p, 3600 * p, 86400 * p}
-	case shDate:
-		return [5]int64{1, 7, 7, 7, 7}
+// timestamp or cents of a price cost a few bits. Each unit divides the
+// next, so the units that divide a delta are always the first few.
+func units(s *shape) *[5]int64 { return &unitTab[s.kind][s.frac] }
+
+// unitTab holds units by kind and fraction digits, computed once: units
+// are looked up for every delta coded.
+var unitTab = func() (t [shTime + 1][len(pow10)][5]int64) {
+	for k := range t {
+		for f := range t[k] {
+			switch k {
+			case shDateTime, shTime:
+				p := pow10[f]
+				t[k][f] = [5]int64{1, p, 60 * p, 3600 * p, 86400 * p}
+			case shDate:
+				t[k][f] = [5]int64{1, 7, 7, 7, 7}
+			default:
+				t[k][f] = [5]int64{1, 10, 100, 1000, 10000}
+			}
+		}
 	}
-	return [5]int64{1, 10, 100, 1000, 10000}
-}
+	return t
+}()
 
 func isTimeKind(k uint8) bool { return k >= shDateTime }
 
