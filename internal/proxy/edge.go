@@ -43,8 +43,9 @@ type Edge struct {
 
 	// abortAll is cancelled when a drain's deadline passes: exchanges still waiting on the
 	// tunnel are reset so Shutdown can return.
-	abortCtx context.Context
-	abortAll context.CancelFunc
+	abortCtx   context.Context
+	abortAll   context.CancelFunc
+	abortWatch *parentWatch // ends the exchanges with abortCtx
 
 	fwd *forwarder // delivers one-way messages from the spool; nil when off
 
@@ -82,7 +83,7 @@ func NewEdge(cfg EdgeConfig, m *Metrics, log *slog.Logger) (*Edge, error) {
 	lim := cfg.Limits.withDefaults()
 	abortCtx, abortAll := context.WithCancel(context.Background())
 	e := &Edge{
-		abortCtx: abortCtx, abortAll: abortAll,
+		abortCtx: abortCtx, abortAll: abortAll, abortWatch: watchParent(abortCtx),
 		cfg: cfg, lim: lim, m: m, log: log.With("role", "edge"),
 		inflight:    make(chan struct{}, lim.MaxConcurrentExchanges),
 		refusing:    make(chan struct{}, maxRefusing),
@@ -471,7 +472,7 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	// exchange is reset when it ends. The clock's expiry also ends the client
 	// connection's waits and the streams' (roundTrip). One timer, the clock's, bounds
 	// the exchange: no context deadline or stream deadline arms another.
-	ec := newExchangeCtx(e.abortCtx, false)
+	ec := e.abortWatch.newExchange(false)
 	ctx := context.Context(ec)
 	x.abandon = ec.end
 	defer ec.end(nil)

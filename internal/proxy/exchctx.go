@@ -16,7 +16,8 @@ import (
 // WithCancelCause child, WithoutCancel for exchanges that outlive their connection, and an
 // AfterFunc per hook on it) allocated a dozen objects per exchange and inserted each hook
 // into its parent's map; here a hook is an entry in a slice, the done channel is made only
-// when somebody asks for it, and an exchange that ends normally starts no goroutine.
+// when somebody asks for it, an exchange that ends normally starts no goroutine, and the
+// parent is watched once for all its exchanges (parentWatch).
 //
 // It implements AfterFunc the way the context package looks for it, so a context derived
 // from it (a dial's) registers a hook instead of a goroutine. It carries no values: the
@@ -24,8 +25,8 @@ import (
 // context.Cause the parent's cancellation state (it finds that through Value), the
 // session's cause instead of the exchange's. context.Cause gives Err: use causeOf.
 type exchangeCtx struct {
-	parent     context.Context
-	stopParent func() bool
+	watch   *parentWatch
+	outlive bool // survives its parent's lost connection (newExchange)
 
 	mu    sync.Mutex
 	done  chan struct{} // made by Done; closed when it ends
@@ -33,6 +34,10 @@ type exchangeCtx struct {
 	hooks []ctxHook     // to run once when it ends
 	next  uint64        // id of the next hook
 	room  [2]ctxHook    // hooks' first backing array: an exchange registers one or two
+
+	// In the parent's watch list while it runs (guarded by watch.mu).
+	watchPrev, watchNext *exchangeCtx
+	watched              bool
 }
 
 type ctxHook struct {
@@ -43,31 +48,130 @@ type ctxHook struct {
 // closedChan is the Done channel of an exchange context that ended before anybody asked.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// newExchangeCtx returns the context of an exchange whose stream's context is parent. It
-// ends when parent does, except, when outlive is set (a held exchange, for the edge to
-// collect its response on another connection; a one-way delivery), when parent ends
-// because its connection was lost (a cause with ConnectionLost, from the tunnel server):
-// then it ends only for the other reasons (shutdown).
-func newExchangeCtx(parent context.Context, outlive bool) *exchangeCtx {
-	x := &exchangeCtx{parent: parent}
-	x.hooks = x.room[:0]
-	x.mu.Lock() // end, run by the parent's hook, reads stopParent
-	defer x.mu.Unlock()
-	x.stopParent = context.AfterFunc(parent, func() {
-		cause := context.Cause(parent)
-		var cl interface{ ConnectionLost() bool }
-		if outlive && errors.As(cause, &cl) && cl.ConnectionLost() {
-			return
+// parentWatch ends the exchanges of one long-lived context (the edge's drain, a tunnel
+// connection's) when it ends: one context.AfterFunc for all of them. With one per
+// exchange, each exchange allocated the context package's hook context and a closure,
+// and put an entry into the parent's map, under the parent's lock that every exchange
+// in flight shares, and took it out again at its end.
+type parentWatch struct {
+	parent context.Context
+
+	mu    sync.Mutex
+	ended bool
+	cause error        // the parent's, once ended
+	head  *exchangeCtx // exchanges running, linked through watchPrev and watchNext
+}
+
+// watchParent watches parent for the exchanges made with newExchange.
+func watchParent(parent context.Context) *parentWatch {
+	w := newParentWatch(parent)
+	w.start(nil)
+	return w
+}
+
+func newParentWatch(parent context.Context) *parentWatch { return &parentWatch{parent: parent} }
+
+// start registers the watch with its parent; then, once it ended, runs after (if set).
+func (w *parentWatch) start(after func()) {
+	context.AfterFunc(w.parent, func() {
+		w.fire()
+		if after != nil {
+			after()
 		}
-		x.end(cause)
 	})
+}
+
+// fire ends the exchanges watched, with the parent's cause.
+func (w *parentWatch) fire() {
+	cause := context.Cause(w.parent)
+	w.mu.Lock()
+	w.ended, w.cause = true, cause
+	var ending []*exchangeCtx
+	for x := w.head; x != nil; {
+		next := x.watchNext
+		x.watchPrev, x.watchNext, x.watched = nil, nil, false
+		ending = append(ending, x)
+		x = next
+	}
+	w.head = nil
+	w.mu.Unlock()
+	for _, x := range ending {
+		x.parentEnded(cause)
+	}
+}
+
+// newExchange returns the context of an exchange under the watched parent. It ends when
+// the parent does, except, when outlive is set (a held exchange, for the edge to collect
+// its response on another connection; a one-way delivery), when the parent ends because
+// its connection was lost (a cause with ConnectionLost, from the tunnel server): then it
+// ends only for the other reasons (shutdown).
+func (w *parentWatch) newExchange(outlive bool) *exchangeCtx {
+	x := &exchangeCtx{watch: w, outlive: outlive}
+	x.hooks = x.room[:0]
+	w.mu.Lock()
+	if w.ended {
+		cause := w.cause
+		w.mu.Unlock()
+		x.parentEnded(cause)
+		return x
+	}
+	x.watched, x.watchNext = true, w.head
+	if w.head != nil {
+		w.head.watchPrev = x
+	}
+	w.head = x
+	w.mu.Unlock()
 	return x
+}
+
+// unwatch takes x out of the watch list, if it is still in it.
+func (w *parentWatch) unwatch(x *exchangeCtx) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !x.watched {
+		return
+	}
+	if x.watchPrev != nil {
+		x.watchPrev.watchNext = x.watchNext
+	} else {
+		w.head = x.watchNext
+	}
+	if x.watchNext != nil {
+		x.watchNext.watchPrev = x.watchPrev
+	}
+	x.watchPrev, x.watchNext, x.watched = nil, nil, false
+}
+
+// parentEnded ends x for its parent's cause, unless x outlives a lost connection.
+func (x *exchangeCtx) parentEnded(cause error) {
+	var cl interface{ ConnectionLost() bool }
+	if x.outlive && errors.As(cause, &cl) && cl.ConnectionLost() {
+		return
+	}
+	x.end(cause)
+}
+
+// watchesByParent finds the watch of a parent context among those in use, making it
+// on first use; a watch leaves the map when its parent ends. For the origin, whose
+// exchanges each come with their tunnel connection's context.
+type watchesByParent struct{ m sync.Map } // context.Context -> *parentWatch
+
+func (ws *watchesByParent) of(parent context.Context) *parentWatch {
+	if w, ok := ws.m.Load(parent); ok {
+		return w.(*parentWatch)
+	}
+	w := newParentWatch(parent)
+	if got, loaded := ws.m.LoadOrStore(parent, w); loaded {
+		return got.(*parentWatch)
+	}
+	w.start(func() { ws.m.CompareAndDelete(parent, w) })
+	return w
 }
 
 // end ends the exchange with cause (context.Canceled if nil) unless it ended already,
 // then runs the hooks still registered, in a goroutine of their own as context.AfterFunc
 // does: the caller may hold locks a hook takes (a stream failing on its connection's
-// reader). It releases the parent's hook.
+// reader). It leaves its parent's watch.
 func (x *exchangeCtx) end(cause error) {
 	if cause == nil {
 		cause = context.Canceled
@@ -83,11 +187,8 @@ func (x *exchangeCtx) end(cause error) {
 	}
 	hooks := x.hooks
 	x.hooks = nil
-	stopParent := x.stopParent
 	x.mu.Unlock()
-	if stopParent != nil { // nil: the parent's hook is running this
-		stopParent()
-	}
+	x.watch.unwatch(x)
 	if len(hooks) > 0 {
 		go func() {
 			for _, h := range hooks {
@@ -132,7 +233,7 @@ func (x *exchangeCtx) Cause() error {
 	return x.cause
 }
 
-func (x *exchangeCtx) Deadline() (time.Time, bool) { return x.parent.Deadline() }
+func (x *exchangeCtx) Deadline() (time.Time, bool) { return x.watch.parent.Deadline() }
 func (x *exchangeCtx) Value(any) any               { return nil }
 
 func (x *exchangeCtx) Done() <-chan struct{} {

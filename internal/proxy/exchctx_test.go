@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -23,7 +24,7 @@ func (connLost) ConnectionLost() bool { return true }
 func TestExchangeCtx(t *testing.T) {
 	errFirst, errSecond := errors.New("first"), errors.New("second")
 	synctest.Test(t, func(t *testing.T) {
-		x := newExchangeCtx(context.Background(), false)
+		x := watchParent(context.Background()).newExchange(false)
 		require.NoError(t, x.Err())
 		require.Nil(t, causeOf(x))
 		var ran, stopped atomic.Int32
@@ -66,7 +67,7 @@ func TestExchangeCtx(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				parent, cancel := context.WithCancelCause(context.Background())
-				x := newExchangeCtx(parent, c.outlive)
+				x := watchParent(parent).newExchange(c.outlive)
 				cancel(c.cause)
 				synctest.Wait()
 				if !c.ends {
@@ -84,24 +85,83 @@ func TestExchangeCtx(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			parent, cancel := context.WithCancelCause(context.Background())
 			cancel(errFirst)
-			x := newExchangeCtx(parent, false)
+			x := watchParent(parent).newExchange(false)
 			synctest.Wait()
 			require.ErrorIs(t, causeOf(x), errFirst)
 		})
 	})
 }
 
-// An exchange that ends normally allocates no more than its context, the parent's hook
-// and the stop functions of its hooks.
+// An exchange that ends normally allocates no more than its context and the stop
+// functions of its hooks: its parent is watched once for all.
 func TestExchangeCtxAllocs(t *testing.T) {
 	parent, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	w := watchParent(parent)
 	allocs := testing.AllocsPerRun(100, func() {
-		x := newExchangeCtx(parent, true)
+		x := w.newExchange(true)
 		stop := x.AfterFunc(func() {})
 		stop()
 		x.end(nil)
 	})
 	t.Logf("%.0f allocations", allocs)
-	require.LessOrEqual(t, allocs, 5.0)
+	require.LessOrEqual(t, allocs, 2.0)
+}
+
+// TestParentWatch: a parent's end ends every exchange still running under it, with its
+// cause, whatever order the others ended in before (the watch list stays whole as
+// exchanges leave it from its head, middle and tail), and no exchange that ended before;
+// an exchange made after the parent ended ends at once.
+func TestParentWatch(t *testing.T) {
+	errShutdown, errOver := errors.New("shutdown"), errors.New("over")
+	for _, ended := range [][]int{nil, {0}, {9}, {4}, {0, 9, 4, 5, 1}, {1, 3, 5, 7, 9}} {
+		synctest.Test(t, func(t *testing.T) {
+			parent, cancel := context.WithCancelCause(context.Background())
+			w := watchParent(parent)
+			xs := make([]*exchangeCtx, 10)
+			for i := range xs {
+				xs[i] = w.newExchange(i%2 == 0) // outliving a lost connection changes nothing here
+			}
+			for _, i := range ended {
+				xs[i].end(errOver)
+			}
+			cancel(errShutdown)
+			synctest.Wait()
+			for i, x := range xs {
+				if slices.Contains(ended, i) {
+					require.ErrorIs(t, causeOf(x), errOver, "exchange %d ended before", i)
+				} else {
+					require.ErrorIs(t, causeOf(x), errShutdown, "exchange %d", i)
+				}
+			}
+			require.Nil(t, w.head, "nothing left watched")
+			late := w.newExchange(false)
+			require.ErrorIs(t, causeOf(late), errShutdown)
+		})
+	}
+}
+
+// TestWatchesByParent: the exchanges of one parent share its watch, another parent has
+// its own, and a parent's watch leaves the map when the parent ends.
+func TestWatchesByParent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ws watchesByParent
+		a, cancelA := context.WithCancelCause(context.Background())
+		b, cancelB := context.WithCancel(context.Background())
+		defer cancelB()
+		wa := ws.of(a)
+		require.Same(t, wa, ws.of(a))
+		require.NotSame(t, wa, ws.of(b))
+		x, y := wa.newExchange(false), ws.of(b).newExchange(false)
+		cancelA(connLost{})
+		synctest.Wait()
+		require.ErrorIs(t, causeOf(x), connLost{})
+		require.NoError(t, y.Err(), "another parent's exchange runs on")
+		_, inMap := ws.m.Load(context.Context(a))
+		require.False(t, inMap, "the ended parent's watch is gone")
+		late, outliving := ws.of(a).newExchange(false), ws.of(a).newExchange(true)
+		synctest.Wait() // a new watch of an ended parent fires in a goroutine, as AfterFunc does
+		require.ErrorIs(t, causeOf(late), connLost{}, "an exchange on an ended parent ends")
+		require.NoError(t, outliving.Err(), "unless it outlives a lost connection")
+	})
 }

@@ -31,8 +31,9 @@ type Origin struct {
 	pools atomic.Pointer[map[string]*upstreamPool] // by upstream name; swapped by Reconfigure
 	cur   atomic.Pointer[Limits]                   // swapped by Reconfigure
 
-	inflight chan struct{} // semaphore: MaxConcurrentExchanges
-	held     *heldStore    // responses kept for edges to collect after a cut; nil: off
+	inflight chan struct{}   // semaphore: MaxConcurrentExchanges
+	watches  watchesByParent // each tunnel connection's context, watched for its exchanges
+	held     *heldStore      // responses kept for edges to collect after a cut; nil: off
 	// aheadTokens is the memory budget of responses read ahead of a slow tunnel.
 	aheadTokens chan struct{}
 	instance    originInstance
@@ -137,7 +138,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// The exchange's one context ends when its clock expires (errNoProgress: a stall or
 	// end), when the edge abandons it (watchAbandon, below), or with the stream's
 	// connection (ctx), except when the exchange outlives that connection.
-	ec := newExchangeCtx(ctx, o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
+	ec := o.watches.of(ctx).newExchange(o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
 	ctx = ec
 	defer ec.end(nil)
 	clock.onExpire(func() { ec.end(errNoProgress) })
