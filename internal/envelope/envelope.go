@@ -367,20 +367,21 @@ func (r *headReader) end() {
 	}
 }
 
-func newReader(head []byte, want byte, what string) (*headReader, error) {
+func newReader(head []byte, want byte, what string) (headReader, error) {
 	kind, err := KindOf(head)
 	if err != nil {
-		return nil, err
+		return headReader{}, err
 	}
 	if kind != want {
-		return nil, fmt.Errorf("%w: kind %q where %s was expected", ErrMalformed, kind, what)
+		return headReader{}, fmt.Errorf("%w: kind %q where %s was expected", ErrMalformed, kind, what)
 	}
-	return &headReader{b: string(head[2:])}, nil
+	return headReader{b: string(head[2:])}, nil
 }
 
 // ParseRequest parses a request head (as returned by [Split]).
 func ParseRequest(head []byte) (*Request, error) {
-	r, err := newReader(head, KindRequest, "a request")
+	rv, err := newReader(head, KindRequest, "a request")
+	r := &rv // on the stack: the returned value is not a pointer
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +448,8 @@ const maxOffset = 1 << 62
 
 // ParseResume parses a resume head.
 func ParseResume(head []byte) (*Resume, error) {
-	r, err := newReader(head, KindResume, "a resume")
+	rv, err := newReader(head, KindResume, "a resume")
+	r := &rv // on the stack: the returned value is not a pointer
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +481,8 @@ func ParseResumeAnswer(head []byte) (*Continue, *Error, error) {
 		_, e, err := ParseResponse(head)
 		return nil, e, err
 	}
-	r, err := newReader(head, KindContinue, "a continue or an error")
+	rv, err := newReader(head, KindContinue, "a continue or an error")
+	r := &rv // on the stack: the returned value is not a pointer
 	if err != nil {
 		return nil, nil, err
 	}

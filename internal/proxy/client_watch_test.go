@@ -95,7 +95,7 @@ func TestWatchClientDelayed(t *testing.T) {
 
 	var cause error
 	var w clientWatch
-	w.begin(cc, clock, rd, time.Hour, func(err error) { cause = err })
+	w.begin(cc, clock, rd, time.Hour, endFunc(func(err error) { cause = err }))
 	before := runtime.NumGoroutine()
 	w.end()
 	require.NoError(t, cause)
@@ -108,7 +108,7 @@ func TestWatchClientDelayed(t *testing.T) {
 
 	gone := make(chan error, 1)
 	var w2 clientWatch
-	w2.begin(cc, clock, rd, time.Millisecond, func(err error) { gone <- err })
+	w2.begin(cc, clock, rd, time.Millisecond, endFunc(func(err error) { gone <- err }))
 	defer w2.end()
 	require.NoError(t, client.(*net.TCPConn).SetLinger(0))
 	require.NoError(t, client.Close()) // RST
@@ -119,3 +119,8 @@ func TestWatchClientDelayed(t *testing.T) {
 		t.Fatal("the delayed watch did not see the reset")
 	}
 }
+
+// endFunc is a function as an ender.
+type endFunc func(error)
+
+func (f endFunc) end(err error) { f(err) }

@@ -34,7 +34,7 @@ var errClientGone = errors.New("the client reset its connection while waiting fo
 type clientWatch struct {
 	cc     *clientConn
 	rd     time.Time // the read deadline the exchange had set, restored by end
-	cancel context.CancelCauseFunc
+	cancel ender     // ends the exchange (its exchangeCtx)
 	clock  *progressClock
 
 	mu      sync.Mutex
@@ -43,8 +43,12 @@ type clientWatch struct {
 	done    chan struct{} // closed when the watching goroutine returns
 }
 
+// ender ends an exchange with a cause: an *exchangeCtx, held as an interface so that
+// handing it over allocates no method value.
+type ender interface{ end(cause error) }
+
 // begin watches cc from delay on (at once when delay <= 0).
-func (w *clientWatch) begin(cc *clientConn, clock *progressClock, rd time.Time, delay time.Duration, cancel context.CancelCauseFunc) {
+func (w *clientWatch) begin(cc *clientConn, clock *progressClock, rd time.Time, delay time.Duration, cancel ender) {
 	w.cc, w.clock, w.rd, w.cancel = cc, clock, rd, cancel
 	if len(cc.first) > 0 {
 		return // bytes of a pipelined request are already in hand
@@ -71,7 +75,7 @@ func (w *clientWatch) ring() {
 	go func() {
 		defer close(w.done)
 		if wait() {
-			w.cancel(errClientGone)
+			w.cancel.end(errClientGone)
 		}
 	}()
 }
@@ -100,9 +104,9 @@ const clientWatchDelay = 100 * time.Millisecond
 
 // startWatch starts x's clientWatch once its request was read whole from the client.
 func (x *exchange) startWatch() {
-	if x.abandon != nil && !x.watching {
+	if x.ec != nil && !x.watching {
 		x.watching = true
-		x.watch.begin(x.cc, x.clock, x.deadline, x.e.watchDelay, x.abandon)
+		x.watch.begin(x.cc, x.clock, x.deadline, x.e.watchDelay, x.ec)
 	}
 }
 

@@ -422,9 +422,9 @@ type exchange struct {
 	deadline time.Time      // hard bound: start + limits.exchange_max_duration
 	clock    *progressClock // ends the exchange when it stalls (limits.exchange_timeout)
 
-	abandon  context.CancelCauseFunc // ends the exchange's context (clientWatch, clock)
-	watch    clientWatch             // the client's connection, while the exchange waits for the origin
-	watching bool                    // watch was begun
+	ec       *exchangeCtx // the exchange's context; ending it abandons the exchange (clientWatch, clock)
+	watch    clientWatch  // the client's connection, while the exchange waits for the origin
+	watching bool         // watch was begun
 }
 
 func (x *exchange) upstream() string {
@@ -474,13 +474,11 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	// the exchange: no context deadline or stream deadline arms another.
 	ec := e.abortWatch.newExchange(false)
 	ctx := context.Context(ec)
-	x.abandon = ec.end
+	x.ec = ec
 	defer ec.end(nil)
 	x.clock = startProgressClock(e.limits().ExchangeTimeout, deadline)
-	x.clock.onExpire(func() {
-		_ = cc.SetDeadline(time.Unix(1, 0))
-		x.abandon(errNoProgress)
-	})
+	x.clock.onExpire(func() { _ = cc.SetDeadline(time.Unix(1, 0)) })
+	x.clock.endOnExpire(ec) // after the hooks: the client's waits end first, as before
 	defer x.clock.stop()
 	cc.progress = x.clock
 	defer func() { cc.progress = nil }()
@@ -640,14 +638,14 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 	}
 	// One deferred call ends the close-on-ctx of every stream opened (a defer in the loop
 	// would be allocated on each exchange).
-	var stops [3]func() bool
-	opens := 0
+	var hooks [3]ctxHookRef
+	hooked := 0
 	defer func() {
-		for _, stop := range stops[:opens] {
-			stop()
+		for _, h := range hooks[:hooked] {
+			h.stop()
 		}
 	}()
-	for attempt := 0; attempt < len(stops); attempt++ {
+	for attempt := 0; attempt < len(hooks); attempt++ {
 		var err error
 		st, err = open.OpenStream(ctx)
 		if err != nil {
@@ -660,8 +658,8 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			return nil, nil, nil, nil, x.fail(503, causeOriginDown, fmt.Errorf("soapgw: origin %q unreachable: %w", peer, err), !replayable)
 		}
 		opened := st
-		stops[opens] = afterFunc(ctx, func() { _ = opened.Close() })
-		opens++
+		hooks[hooked] = x.ec.hookOnce(func() { _ = opened.Close() }) // ctx is x.ec
+		hooked++
 		// The clock bounds the stream's reads and writes, also while respond relays the
 		// response after this returns (stop above has ended the close-on-ctx by then).
 		x.clock.onExpire(func() { _ = opened.SetDeadline(time.Unix(1, 0)) })

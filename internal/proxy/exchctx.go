@@ -201,18 +201,46 @@ func (x *exchangeCtx) end(cause error) {
 // AfterFunc arranges for f to run once the exchange ends (at once, in a goroutine, if it
 // has); stop unregisters it and reports whether that kept f from running.
 func (x *exchangeCtx) AfterFunc(f func()) (stop func() bool) {
+	id, ok := x.hook(f)
+	if !ok {
+		return func() bool { return false }
+	}
+	return func() bool { return x.unhook(id) }
+}
+
+// hook is AfterFunc for the gateway's own code, without a stop function to allocate:
+// unhook(id) unregisters f. ok is false if the exchange had ended (f runs at once).
+func (x *exchangeCtx) hook(f func()) (id uint64, ok bool) {
 	x.mu.Lock()
 	if x.cause != nil {
 		x.mu.Unlock()
 		go f()
-		return func() bool { return false }
+		return 0, false
 	}
-	id := x.next
+	id = x.next
 	x.next++
 	x.hooks = append(x.hooks, ctxHook{id, f})
 	x.mu.Unlock()
-	return func() bool { return x.unhook(id) }
+	return id, true
 }
+
+// ctxHookRef is a hook registered with hookOnce: a value, so stopping it allocates no
+// function.
+type ctxHookRef struct {
+	x  *exchangeCtx
+	id uint64
+	ok bool // registered: the exchange had not ended
+}
+
+// hookOnce is hook returning a reference whose stop unregisters f.
+func (x *exchangeCtx) hookOnce(f func()) ctxHookRef {
+	id, ok := x.hook(f)
+	return ctxHookRef{x, id, ok}
+}
+
+// stop unregisters the hook and reports whether that kept it from running (as
+// AfterFunc's stop).
+func (r ctxHookRef) stop() bool { return r.ok && r.x.unhook(r.id) }
 
 func (x *exchangeCtx) unhook(id uint64) bool {
 	x.mu.Lock()

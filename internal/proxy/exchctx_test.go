@@ -92,6 +92,29 @@ func TestExchangeCtx(t *testing.T) {
 	})
 }
 
+// TestHookOnce: a hook registered with hookOnce runs once when the exchange ends unless
+// stopped first (stop reports that it kept it from running, once); registered after the
+// end it runs at once and stop reports false.
+func TestHookOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := watchParent(context.Background())
+		var ran atomic.Int32
+		x := w.newExchange(false)
+		kept, run := x.hookOnce(func() { ran.Add(1) }), x.hookOnce(func() { ran.Add(10) })
+		require.True(t, kept.stop())
+		require.False(t, kept.stop(), "a second stop keeps nothing more")
+		x.end(nil)
+		synctest.Wait()
+		require.Equal(t, int32(10), ran.Load())
+		require.False(t, run.stop(), "it ran")
+
+		late := x.hookOnce(func() { ran.Add(100) })
+		synctest.Wait()
+		require.Equal(t, int32(110), ran.Load(), "registered after the end: runs at once")
+		require.False(t, late.stop())
+	})
+}
+
 // An exchange that ends normally allocates no more than its context and the stop
 // functions of its hooks: its parent is watched once for all.
 func TestExchangeCtxAllocs(t *testing.T) {

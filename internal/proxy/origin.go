@@ -141,7 +141,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	ec := o.watches.of(ctx).newExchange(o.held != nil || envelope.IsOneWay(x.req.ExchangeID))
 	ctx = ec
 	defer ec.end(nil)
-	clock.onExpire(func() { ec.end(errNoProgress) })
+	clock.endOnExpire(ec)
 	var resumable func() bool // nil: the exchange ends with its stream
 	var oneWay *oneWayDelivery
 	if envelope.IsOneWay(x.req.ExchangeID) {
@@ -185,7 +185,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 		st, resumable, x.held = hst, h.resumable, hst
 	}
 	if oneWay == nil {
-		defer watchAbandon(tunnelSt, resumable, ec.end)()
+		defer watchAbandon(tunnelSt, resumable, ec)()
 	}
 
 	// A body the upstream must get with a Content-Length is read whole first: one over
@@ -215,11 +215,11 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// interrupted this way is never pooled: it is closed, so the upstream sees the call
 	// abandoned.
 	upConn, cur := uc.conn, st
-	stopAbort := ec.AfterFunc(func() {
+	abort := ec.hookOnce(func() {
 		_ = upConn.SetDeadline(time.Unix(1, 0))
 		_ = cur.Close()
 	})
-	defer stopAbort()
+	defer abort.stop()
 
 	resp, ok := o.callUpstream(ctx, st, x, uc, sbr)
 	if !ok {
@@ -228,7 +228,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if oneWay != nil {
 		oneWay.answered(resp.StatusCode)
 	}
-	if o.relayResponse(ctx, st, x, uc, resp, stopAbort) {
+	if o.relayResponse(ctx, st, x, uc, resp, abort) {
 		uc = nil // pooled or closed by relayResponse
 	}
 }
@@ -287,7 +287,7 @@ var errAbandoned = errors.New("the edge abandoned the exchange (its client went 
 // A stream that failed because its connection died (not reset by the edge) leaves a
 // resumable exchange running: the edge will collect its response on another connection
 // (held.go). resumable is nil when the exchange is not held.
-func watchAbandon(st Stream, resumable func() bool, end context.CancelCauseFunc) (stop func() bool) {
+func watchAbandon(st Stream, resumable func() bool, x ender) (stop func() bool) {
 	f, ok := st.(interface{ AfterFail(func()) func() bool })
 	if !ok {
 		return func() bool { return false }
@@ -295,7 +295,7 @@ func watchAbandon(st Stream, resumable func() bool, end context.CancelCauseFunc)
 	// No goroutine per exchange: the callback runs only if the stream fails.
 	return f.AfterFail(func() {
 		if resumable == nil || !resumable() || resetByEdge(st) {
-			end(errAbandoned)
+			x.end(errAbandoned)
 		} // else the connection died: the exchange goes on for a resume
 	})
 }
@@ -494,9 +494,9 @@ func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchang
 }
 
 // relayResponse streams the upstream's response into the tunnel and records the
-// exchange. It reports whether it took care of uc (pooled or closed); stopAbort detaches
+// exchange. It reports whether it took care of uc (pooled or closed); abort.stop detaches
 // the abort hook, and fails if the abort already ran (then uc is not pooled).
-func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, stopAbort func() bool) (handled bool) {
+func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, abort ctxHookRef) (handled bool) {
 	req, up := x.req, x.pool.up
 	// The response's reads are bounded by the exchange's hard bound and its progress
 	// clock; the per-read deadline of callUpstream was for the head.
@@ -518,7 +518,7 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
 		// goes out, so the next exchange (often already on its way) finds it idle.
-		if !resp.Close && up.PoolSize > 0 && stopAbort() {
+		if !resp.Close && up.PoolSize > 0 && abort.stop() {
 			x.pool.put(uc)
 		} else {
 			_ = uc.conn.Close()

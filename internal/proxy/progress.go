@@ -39,6 +39,7 @@ type progressClock struct {
 	timer   *time.Timer
 	hooks   []func()
 	hookBuf [4]func() // hooks' first backing array: an exchange registers 2-4
+	ends    ender     // ended with errNoProgress after the hooks (endOnExpire)
 	expired bool
 	stopped bool
 	alarm   alarm // rings once at alarmAt (setAlarm); nil: none
@@ -105,6 +106,24 @@ func (c *progressClock) check() {
 		f()
 	}
 	c.hooks = nil
+	if c.ends != nil {
+		c.ends.end(errNoProgress)
+		c.ends = nil
+	}
+}
+
+// endOnExpire ends x with errNoProgress when the clock expires, after the hooks (at once
+// if it has): onExpire's closure for the common case, without allocating one.
+func (c *progressClock) endOnExpire(x ender) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stopped:
+	case c.expired:
+		x.end(errNoProgress)
+	default:
+		c.ends = x
+	}
 }
 
 // onExpire registers f to run when the clock expires; at once if it has.
@@ -159,6 +178,7 @@ func (c *progressClock) stop() {
 	defer c.mu.Unlock()
 	c.stopped = true
 	c.hooks = nil
+	c.ends = nil
 	c.alarm = nil
 	c.timer.Stop()
 }

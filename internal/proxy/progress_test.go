@@ -133,6 +133,36 @@ func TestProgressClockStopped(t *testing.T) {
 	})
 }
 
+// TestProgressClockEndsTheExchange: endOnExpire ends the exchange with errNoProgress
+// when the clock expires, after the hooks (the legs are unblocked first); at once when it
+// had expired; never after stop.
+func TestProgressClockEndsTheExchange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		x := watchParent(context.Background()).newExchange(false)
+		c := startProgressClock(time.Second, time.Time{})
+		defer c.stop()
+		var hookSawEnded []bool
+		c.onExpire(func() { hookSawEnded = append(hookSawEnded, x.Err() != nil) })
+		c.endOnExpire(x)
+		time.Sleep(500 * time.Millisecond)
+		require.NoError(t, x.Err(), "not before the stall")
+		time.Sleep(time.Second)
+		require.ErrorIs(t, causeOf(x), errNoProgress)
+		require.Equal(t, []bool{false}, hookSawEnded, "the hooks ran first")
+
+		late := watchParent(context.Background()).newExchange(false)
+		c.endOnExpire(late)
+		require.ErrorIs(t, causeOf(late), errNoProgress, "registered after expiry: at once")
+
+		stopped := startProgressClock(time.Second, time.Time{})
+		spared := watchParent(context.Background()).newExchange(false)
+		stopped.endOnExpire(spared)
+		stopped.stop()
+		time.Sleep(time.Minute)
+		require.NoError(t, spared.Err(), "a stopped clock ends nothing")
+	})
+}
+
 // trickleUpstream answers one request with a chunked response: chunks chunks, gap apart,
 // after stallAfter chunks a pause of stall (0: none). It returns the body it sends.
 func trickleUpstream(t *testing.T, chunks int, gap time.Duration, stallAfter int, stall time.Duration) (addr, body string) {
