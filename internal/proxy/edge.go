@@ -477,7 +477,7 @@ func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request,
 	x.ec = ec
 	defer ec.end(nil)
 	x.clock = startProgressClock(e.limits().ExchangeTimeout, deadline)
-	x.clock.onExpire(func() { _ = cc.SetDeadline(time.Unix(1, 0)) })
+	x.clock.unblockOnExpire(cc)
 	x.clock.endOnExpire(ec) // after the hooks: the client's waits end first, as before
 	defer x.clock.stop()
 	cc.progress = x.clock

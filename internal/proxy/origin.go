@@ -118,9 +118,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// st may be wrapped below (a held exchange); closures take tunnelSt or a copy, so that
 	// st itself is not captured (a captured variable that changes moves to the heap).
 	tunnelSt := st // the stream itself, for watchAbandon
-	clock.onExpire(func() { _ = tunnelSt.SetDeadline(time.Unix(1, 0)) })
+	clock.unblockOnExpire(tunnelSt)
 	sbr := readerPool.Get().(*bufio.Reader)
-	sbr.Reset(progressReader{st, clock})
+	sbr.Reset(clock.reader(st))
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 
 	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
@@ -369,6 +369,9 @@ type originExchange struct {
 	// a request with a Content-Length went to the upstream; an error stops the request.
 	beforeLastByte func() error
 	held           *heldStream // the response's stream when it is held for resumes
+	// The response's way into the tunnel (relayResponse), here to be allocated with x.
+	busy  busyStream
+	ahead readAhead
 }
 
 func (x *originExchange) id() string {
@@ -512,7 +515,9 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 	if o.divert(x, resp) {
 		o.log.Debug("large response diverted to the edge's TCP tunnel", "exchange", req.ExchangeID, "upstream", up.Name, "bytes", resp.ContentLength)
 	}
-	ra := &readAhead{Stream: busyStream{st, x.clock}, tokens: o.aheadTokens, clock: x.clock, gauge: o.m.readAhead}
+	x.busy = busyStream{st, x.clock}
+	x.ahead = readAhead{Stream: &x.busy, tokens: o.aheadTokens, clock: x.clock, gauge: o.m.readAhead}
+	ra := &x.ahead
 	n, err := o.sendResponse(ra, uc, resp)
 	o.m.addBytes("origin", "server_in", int64(responseHeadLen(resp))+n)
 	if err == nil {

@@ -38,8 +38,10 @@ type progressClock struct {
 	mu      sync.Mutex
 	timer   *time.Timer
 	hooks   []func()
-	hookBuf [4]func() // hooks' first backing array: an exchange registers 2-4
-	ends    ender     // ended with errNoProgress after the hooks (endOnExpire)
+	hookBuf [4]func()      // hooks' first backing array: an exchange registers 2-4
+	ends    ender          // ended with errNoProgress after the hooks (endOnExpire)
+	unblock deadliner      // given a past deadline before the hooks (unblockOnExpire)
+	rd      progressReader // reader's: kept here, so handing it out allocates nothing
 	expired bool
 	stopped bool
 	alarm   alarm // rings once at alarmAt (setAlarm); nil: none
@@ -102,6 +104,10 @@ func (c *progressClock) check() {
 	}
 	c.alarm = nil
 	c.expired = true
+	if c.unblock != nil {
+		_ = c.unblock.SetDeadline(time.Unix(1, 0))
+		c.unblock = nil
+	}
 	for _, f := range c.hooks {
 		f()
 	}
@@ -110,6 +116,31 @@ func (c *progressClock) check() {
 		c.ends.end(errNoProgress)
 		c.ends = nil
 	}
+}
+
+// deadliner is a connection or stream whose blocked reads and writes a past deadline ends.
+type deadliner interface{ SetDeadline(time.Time) error }
+
+// unblockOnExpire gives d a past deadline when the clock expires, before the hooks (at
+// once if it has): onExpire's closure for the leg that most exchanges unblock, without
+// allocating one. One leg: a second replaces the first.
+func (c *progressClock) unblockOnExpire(d deadliner) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stopped:
+	case c.expired:
+		_ = d.SetDeadline(time.Unix(1, 0))
+	default:
+		c.unblock = d
+	}
+}
+
+// reader returns r as a progressReader of the clock. The clock holds it: one reader per
+// clock at a time.
+func (c *progressClock) reader(r interface{ Read([]byte) (int, error) }) *progressReader {
+	c.rd = progressReader{r, c}
+	return &c.rd
 }
 
 // endOnExpire ends x with errNoProgress when the clock expires, after the hooks (at once
@@ -179,6 +210,7 @@ func (c *progressClock) stop() {
 	c.stopped = true
 	c.hooks = nil
 	c.ends = nil
+	c.unblock = nil
 	c.alarm = nil
 	c.timer.Stop()
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -133,35 +134,59 @@ func TestProgressClockStopped(t *testing.T) {
 	})
 }
 
-// TestProgressClockEndsTheExchange: endOnExpire ends the exchange with errNoProgress
-// when the clock expires, after the hooks (the legs are unblocked first); at once when it
-// had expired; never after stop.
+// TestProgressClockEndsTheExchange: when the clock expires, unblockOnExpire's leg gets a
+// past deadline before the hooks run and endOnExpire's exchange ends with errNoProgress
+// after them; at once when it had expired; never after stop.
 func TestProgressClockEndsTheExchange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		x := watchParent(context.Background()).newExchange(false)
 		c := startProgressClock(time.Second, time.Time{})
 		defer c.stop()
-		var hookSawEnded []bool
-		c.onExpire(func() { hookSawEnded = append(hookSawEnded, x.Err() != nil) })
+		leg := &deadlineLeg{}
+		var mu sync.Mutex
+		var hookSaw []string
+		c.onExpire(func() {
+			mu.Lock()
+			defer mu.Unlock()
+			hookSaw = append(hookSaw, fmt.Sprint(leg.set(), x.Err() != nil))
+		})
 		c.endOnExpire(x)
+		c.unblockOnExpire(leg)
 		time.Sleep(500 * time.Millisecond)
 		require.NoError(t, x.Err(), "not before the stall")
+		require.False(t, leg.set())
 		time.Sleep(time.Second)
 		require.ErrorIs(t, causeOf(x), errNoProgress)
-		require.Equal(t, []bool{false}, hookSawEnded, "the hooks ran first")
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"true false"}, hookSaw, "the leg was unblocked before the hooks, the exchange ended after")
 
-		late := watchParent(context.Background()).newExchange(false)
+		late, lateLeg := watchParent(context.Background()).newExchange(false), &deadlineLeg{}
 		c.endOnExpire(late)
+		c.unblockOnExpire(lateLeg)
 		require.ErrorIs(t, causeOf(late), errNoProgress, "registered after expiry: at once")
+		require.True(t, lateLeg.set(), "registered after expiry: at once")
 
 		stopped := startProgressClock(time.Second, time.Time{})
-		spared := watchParent(context.Background()).newExchange(false)
+		spared, sparedLeg := watchParent(context.Background()).newExchange(false), &deadlineLeg{}
 		stopped.endOnExpire(spared)
+		stopped.unblockOnExpire(sparedLeg)
 		stopped.stop()
 		time.Sleep(time.Minute)
 		require.NoError(t, spared.Err(), "a stopped clock ends nothing")
+		require.False(t, sparedLeg.set())
 	})
 }
+
+// deadlineLeg records that a past deadline was set on it.
+type deadlineLeg struct{ past atomic.Bool }
+
+func (d *deadlineLeg) SetDeadline(t time.Time) error {
+	d.past.Store(!t.IsZero() && t.Before(time.Now()))
+	return nil
+}
+
+func (d *deadlineLeg) set() bool { return d.past.Load() }
 
 // trickleUpstream answers one request with a chunked response: chunks chunks, gap apart,
 // after stallAfter chunks a pause of stall (0: none). It returns the body it sends.
