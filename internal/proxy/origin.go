@@ -432,7 +432,12 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 		o.log.Debug("upstream write failed; reading any early response", "exchange", req.ExchangeID, "err", err)
 	}
 
-	armDeadline(ctx, uc.conn.SetReadDeadline, responseDeadline(up, time.Now(), x.deadline))
+	if up.ResponseTimeout > 0 {
+		// Otherwise no deadline: the progress clock bounds the wait (on a stall or at the
+		// hard bound the abort hook gives the connection a past deadline).
+		armDeadline(ctx, uc.conn.SetReadDeadline, responseDeadline(up, time.Now(), x.deadline))
+		uc.armed = true
+	}
 	for {
 		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
 		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == 101 {
@@ -501,9 +506,13 @@ func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchang
 // the abort hook, and fails if the abort already ran (then uc is not pooled).
 func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, resp *httpwire.Response, abort ctxHookRef) (handled bool) {
 	req, up := x.req, x.pool.up
-	// The response's reads are bounded by the exchange's hard bound and its progress
-	// clock; the per-read deadline of callUpstream was for the head.
-	armDeadline(ctx, uc.conn.SetReadDeadline, x.deadline)
+	// The response's reads are bounded by the exchange's progress clock (and its hard
+	// bound, which the clock keeps too); the read deadline of callUpstream, if any, was
+	// for the head.
+	if uc.armed {
+		armDeadline(ctx, uc.conn.SetReadDeadline, time.Time{})
+		uc.armed = false
+	}
 	faultCode := ""
 	if resp.StatusCode >= 500 {
 		b, _ := uc.br.Peek(faultPeekLen(resp.ContentLength, uc.br.Buffered()))
@@ -612,7 +621,9 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 	case chunked:
 		h = append(h, httpwire.Field{Name: "Transfer-Encoding", Value: "chunked"})
 	}
-	armDeadline(ctx, uc.conn.SetWriteDeadline, x.deadline)
+	// No write deadline: the progress clock bounds the request's writes as every other
+	// leg (a stall or the hard bound ends the exchange, and its abort hook gives the
+	// connection a past deadline). A deadline per exchange cost two timer updates.
 	mp := msgPool.Get().(*[]byte)
 	out := httpwire.AppendRequestHead((*mp)[:0], req.Method, req.Target, minor, h)
 	var after []byte // the buffered body, written after out when both fit the writer's buffer
@@ -899,6 +910,7 @@ type upstreamConn struct {
 	bw        *bufio.Writer
 	idleSince time.Time
 	probe     *aliveProbe // nil: alive checks with a short read deadline
+	armed     bool        // the response_timeout deadline is set (callUpstream until the head)
 }
 
 func (p *upstreamPool) get(ctx context.Context) (*upstreamConn, error) {
@@ -962,7 +974,10 @@ func (p *upstreamPool) dial(ctx context.Context) (*upstreamConn, error) {
 
 func (p *upstreamPool) put(uc *upstreamConn) {
 	uc.idleSince = time.Now()
+	// Cleared whatever set it: cheap when no deadline is armed (no timer to take out), and
+	// a pooled connection must not keep a past one.
 	_ = uc.conn.SetDeadline(time.Time{})
+	uc.armed = false
 	p.mu.Lock()
 	if !p.retired && len(p.idle) < p.up.PoolSize {
 		p.idle = append(p.idle, uc)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,52 @@ func TestOriginAbortsUpstreamCallWhenEdgeResets(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(env.origin.inflight) == 0 }, testDeadline, time.Millisecond,
 		"the exchange still holds its slot at the origin")
+}
+
+// TestOriginClockBoundsTheUpstream: with no response_timeout the origin sets no deadline
+// on the upstream connection; its progress clock bounds the call. An upstream that reads
+// the request and never answers, and one that never reads it (the request's write
+// blocks), are both ended after the origin's exchange_timeout: the connection is closed
+// and the client gets a fault. (For the second the fault says tunnel_lost, not timeout:
+// the origin resets the stream while the edge still sends the request; as before.)
+func TestOriginClockBoundsTheUpstream(t *testing.T) {
+	body := strings.Repeat("<x/>", 1<<20) // 4 MiB: more than the sockets take
+	for _, c := range []struct {
+		name  string
+		body  string
+		read  bool   // the upstream reads the request
+		cause string // the fault's
+	}{
+		{"reads and never answers", "<x/>", true, causeTimeout},
+		{"never reads", body, false, causeTunnelLost},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			closed, faulted := make(chan struct{}), make(chan struct{})
+			addr := rawUpstream(t, func(_ net.Conn, br *bufio.Reader) {
+				if c.read {
+					if _, err := readUntil(br, "<x/>"); err != nil {
+						return
+					}
+				} else {
+					<-faulted // read nothing until the origin gave up
+				}
+				if _, err := io.Copy(io.Discard, br); err == nil { // EOF: the origin closed
+					close(closed)
+				}
+			})
+			ups := []Upstream{{Name: "up", Address: addr}}
+			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: Limits{MaxRequestBytes: 8 << 20}})
+			require.NoError(t, env.origin.Reconfigure(ups, Limits{ExchangeTimeout: 150 * time.Millisecond, MaxRequestBytes: 8 << 20}))
+			cl := env.dial()
+			cl.send(soapRequest(1, "/svc", "", c.body))
+			f := cl.readFault()
+			close(faulted)
+			require.Equal(t, c.cause, f.cause, f.text)
+			select {
+			case <-closed:
+			case <-time.After(testDeadline):
+				t.Fatal("the upstream connection stayed open after the exchange timed out")
+			}
+		})
+	}
 }
