@@ -123,18 +123,19 @@ func TestOriginAbortsUpstreamCallWhenEdgeResets(t *testing.T) {
 // on the upstream connection; its progress clock bounds the call. An upstream that reads
 // the request and never answers, and one that never reads it (the request's write
 // blocks), are both ended after the origin's exchange_timeout: the connection is closed
-// and the client gets a fault. (For the second the fault says tunnel_lost, not timeout:
-// the origin resets the stream while the edge still sends the request; as before.)
+// and the client gets a fault. (For the second the fault says timeout, or tunnel_lost
+// when the origin resets the stream while the edge is still sending the request, as
+// before this change: which comes first is a race.)
 func TestOriginClockBoundsTheUpstream(t *testing.T) {
 	body := strings.Repeat("<x/>", 1<<20) // 4 MiB: more than the sockets take
 	for _, c := range []struct {
-		name  string
-		body  string
-		read  bool   // the upstream reads the request
-		cause string // the fault's
+		name   string
+		body   string
+		read   bool     // the upstream reads the request
+		causes []string // the fault's, one of
 	}{
-		{"reads and never answers", "<x/>", true, causeTimeout},
-		{"never reads", body, false, causeTunnelLost},
+		{"reads and never answers", "<x/>", true, []string{causeTimeout}},
+		{"never reads", body, false, []string{causeTimeout, causeTunnelLost}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			closed, faulted := make(chan struct{}), make(chan struct{})
@@ -157,7 +158,7 @@ func TestOriginClockBoundsTheUpstream(t *testing.T) {
 			cl.send(soapRequest(1, "/svc", "", c.body))
 			f := cl.readFault()
 			close(faulted)
-			require.Equal(t, c.cause, f.cause, f.text)
+			require.Contains(t, c.causes, f.cause, f.text)
 			select {
 			case <-closed:
 			case <-time.After(testDeadline):
