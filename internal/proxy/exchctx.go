@@ -290,15 +290,6 @@ func (x *exchangeCtx) Err() error {
 	return context.Canceled
 }
 
-// afterFunc is context.AfterFunc that registers straight with an exchange context (the
-// context package would also make its Done channel and a context to carry the hook).
-func afterFunc(ctx context.Context, f func()) (stop func() bool) {
-	if x, ok := ctx.(*exchangeCtx); ok {
-		return x.AfterFunc(f)
-	}
-	return context.AfterFunc(ctx, f)
-}
-
 // causeOf is context.Cause that also knows exchange contexts.
 func causeOf(ctx context.Context) error {
 	if x, ok := ctx.(*exchangeCtx); ok {
