@@ -381,10 +381,10 @@ func newReader(head []byte, want byte, what string) (headReader, error) {
 // ParseRequest parses a request head (as returned by [Split]).
 func ParseRequest(head []byte) (*Request, error) {
 	rv, err := newReader(head, KindRequest, "a request")
-	r := &rv // on the stack: the returned value is not a pointer
 	if err != nil {
 		return nil, err
 	}
+	r := &rv // on the stack: newReader returns a value, not a pointer
 	h := &Request{}
 	h.ExchangeID = r.string("exchange id")
 	h.Upstream = r.string("upstream")
@@ -449,10 +449,10 @@ const maxOffset = 1 << 62
 // ParseResume parses a resume head.
 func ParseResume(head []byte) (*Resume, error) {
 	rv, err := newReader(head, KindResume, "a resume")
-	r := &rv // on the stack: the returned value is not a pointer
 	if err != nil {
 		return nil, err
 	}
+	r := &rv // on the stack: newReader returns a value, not a pointer
 	h := &Resume{ExchangeID: r.string("exchange id")}
 	off := r.uvarint("offset")
 	if r.err == nil && len(r.b) > 0 {
@@ -482,10 +482,10 @@ func ParseResumeAnswer(head []byte) (*Continue, *Error, error) {
 		return nil, e, err
 	}
 	rv, err := newReader(head, KindContinue, "a continue or an error")
-	r := &rv // on the stack: the returned value is not a pointer
 	if err != nil {
 		return nil, nil, err
 	}
+	r := &rv // on the stack: newReader returns a value, not a pointer
 	off := r.uvarint("offset")
 	r.end()
 	if r.err == nil && off > maxOffset {

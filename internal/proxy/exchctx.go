@@ -153,7 +153,8 @@ func (x *exchangeCtx) parentEnded(cause error) {
 
 // watchesByParent finds the watch of a parent context among those in use, making it
 // on first use; a watch leaves the map when its parent ends. For the origin, whose
-// exchanges each come with their tunnel connection's context.
+// exchanges each come with their tunnel connection's context. Parents are map keys, so
+// they must be comparable: every context the standard library makes is a pointer.
 type watchesByParent struct{ m sync.Map } // context.Context -> *parentWatch
 
 func (ws *watchesByParent) of(parent context.Context) *parentWatch {
