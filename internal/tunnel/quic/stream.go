@@ -145,8 +145,9 @@ func (st *Stream) Write(p []byte) (int, error) {
 }
 
 // rawPool holds the buffers outgoing messages are gathered in until CloseWrite codes
-// them: an exchange's message grew a new one in a few steps. Boxed, so a buffer goes
-// back without allocating its slice header.
+// them (an exchange's message grew a new one in a few steps), and those incoming coded
+// messages are read into until decoded. Boxed, so a buffer goes back without allocating
+// its slice header.
 var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, rawBufSize); return &b }}
 
 const (
@@ -760,7 +761,21 @@ func (s *streamedSource) Read(p []byte) (int, error) {
 // readCoded reads the rest of a coded message (have holds its first bytes) and decodes it.
 func (st *Stream) readCoded(h head, have []byte, eof bool) error {
 	limit := st.c.cfg.MaxCodedMessage + st.c.cfg.MaxCodedMessage/8 + 1024 // coded never grows much
-	payload := append(make([]byte, 0, min(int(h.RawLen)+64, limit)), have...)
+	var payload []byte
+	if want := min(int(h.RawLen)+64, limit); want <= rawBufSize {
+		// Most messages: a pooled buffer, given back once decoded (no codec keeps a view
+		// of what it decoded: codec.TestBuffersAreTheCallers).
+		box := rawPool.Get().(*[]byte)
+		payload = append((*box)[:0], have...)
+		defer func() {
+			if cap(payload) <= maxPooledRaw {
+				*box = payload[:0]
+				rawPool.Put(box)
+			}
+		}()
+	} else {
+		payload = append(make([]byte, 0, want), have...)
+	}
 	for !eof {
 		if len(payload) == cap(payload) {
 			if len(payload) >= limit {
