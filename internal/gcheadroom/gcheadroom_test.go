@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 const mib = 1 << 20
@@ -123,7 +122,11 @@ func TestTunerCollectsLessOften(t *testing.T) {
 	got := tu.Percent()
 	tu.Stop()
 	t.Logf("%d MiB of garbage: %d collections by default, %d with 32 MiB of headroom (GOGC %d)", total/mib, def, tuned, got)
-	require.Greater(t, got, 100)
+	// got itself is not asserted: it is the percentage the last collection left, and a
+	// collection that ran while the loop allocated on a starved machine counts what was
+	// allocated during its marking as live; past the headroom that rightly gives the
+	// default (seen once in a full parallel test run: 100, with 11 collections against
+	// 171). The collection counts below are what the tuner is for.
 	// About eight times less often on an idle machine (the headroom is eight times the
 	// runtime's 4 MiB minimum); a busy one stretches the collections of both runs, so
 	// the bound is loose: without the tuner the two counts would be about equal.
