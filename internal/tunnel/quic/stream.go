@@ -328,13 +328,13 @@ func (w *streamedSink) flushHead() error {
 }
 
 // frameMessage codes raw and returns the message as it goes on the stream, its head and
-// its payload (raw itself when it travels uncoded). The payload is coded into the one
-// buffer the message is sent from, after room for the head, and the head is written into
-// that room: coding into a buffer of its own grew it a few times per message, and
-// joining head and payload copied it once more.
-func (st *Stream) frameMessage(raw []byte) (b []byte, h head, payload []byte) {
+// the length of its payload (raw's when it travels uncoded). The payload is coded into
+// the one buffer the message is sent from, after room for the head, and the head is
+// written into that room: coding into a buffer of its own grew it a few times per
+// message, and joining head and payload copied it once more. b shares nothing with raw.
+func (st *Stream) frameMessage(raw []byte) (b []byte, h head, payloadLen int) {
 	buf := make([]byte, maxHeadLen, maxHeadLen+len(raw)+codedSlack)
-	h, payload = st.c.encode(st, st.encoding, buf[maxHeadLen:], raw, st.bulk, st.deadline())
+	h, payload := st.c.encode(st, st.encoding, buf[maxHeadLen:], raw, st.bulk, st.deadline())
 	if h.Codec == 0 {
 		payload = append(payload[:0], raw...)
 	}
@@ -347,10 +347,7 @@ func (st *Stream) frameMessage(raw []byte) (b []byte, h head, payload []byte) {
 		copy(buf[start:], hd)
 		b = buf[start : maxHeadLen+len(payload)]
 	}
-	if h.Codec == 0 {
-		payload = raw
-	}
-	return b, h, payload
+	return b, h, len(payload)
 }
 
 // codedSlack is how far past its raw size frameMessage lets a coded message grow before
@@ -407,8 +404,7 @@ func (st *Stream) CloseWrite() error {
 		st.qs.CancelWrite(codeCancelled)
 		return &notSentError{err}
 	}
-	b, h, payload := st.frameMessage(raw)
-	payloadLen := len(payload)
+	b, h, payloadLen := st.frameMessage(raw)
 	st.releaseRaw(raw) // coded or copied into b
 	st.c.m.message("sent", h.Codec, h.Mode, len(raw), payloadLen)
 	if st.server {
