@@ -20,6 +20,8 @@
 //	server ◄──TCP── head as the client sent it + body (a chunked one read whole first and
 //	                sent with Content-Length, unless the upstream is set to take chunks)
 //	server ──TCP──► httpwire.ReadResponse (1xx skipped) → responseHead + streamed body
+//	                (read while a large request is still written: a server may answer
+//	                before it has read it, early.go)
 //	    ═══════════════╪══════════════ tunnel ═══════════════════════════════════════════
 //	                   ▼
 //	client ◄──TCP── Edge.writeResponse: status, reason, fields byte for byte; framing for

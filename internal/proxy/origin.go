@@ -222,6 +222,10 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer abort.stop()
 
 	resp, ok := o.callUpstream(ctx, st, x, uc, sbr)
+	if x.early {
+		// After the answer, before the stream is closed: see tooLarge.
+		defer discardRefused(sbr)
+	}
 	if !ok {
 		return
 	}
@@ -347,8 +351,12 @@ func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool 
 func (o *Origin) tooLarge(st Stream, x *originExchange, body io.Reader, err error) {
 	o.fail(st, x.start, x.req.ExchangeID, x.pool.up.Name, x.op, &gatewayError{Status: 413, Cause: causeTooLarge,
 		Message: fmt.Sprintf("soapgw: request body exceeds the limit of %d bytes at origin %q", o.limits().MaxRequestBytes, o.cfg.Node)}, err)
-	_, _ = io.CopyN(io.Discard, body, maxRefusedDrain)
+	discardRefused(body)
 }
+
+// discardRefused reads and drops what the edge still sends of a request that was
+// answered without it (up to maxRefusedDrain, within the exchange's progress clock).
+func discardRefused(body io.Reader) { _, _ = io.CopyN(io.Discard, body, maxRefusedDrain) }
 
 // maxRefusedDrain bounds what the origin reads and discards of a refused request body.
 const maxRefusedDrain = 64 << 20
@@ -364,7 +372,8 @@ type originExchange struct {
 	clock        *progressClock // ends the exchange when it stalls (limits.exchange_timeout)
 	body         []byte         // a chunked body read whole (buffered), sent with Content-Length
 	buffered     bool
-	sent         bool // the whole request went to the upstream
+	sent         bool // the whole request went to the upstream (or it answered before: early)
+	early        bool // the upstream answered before the request's write returned (earlyAnswer)
 	// beforeLastByte, when set (one-way deliveries), runs after all but the last byte of
 	// a request with a Content-Length went to the upstream; an error stops the request.
 	beforeLastByte func() error
@@ -414,9 +423,18 @@ func (o *Origin) admit(head []byte, err error, sbr *bufio.Reader) (*originExchan
 // it fails it has answered the edge (or logged why it could not) and reports !ok.
 func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange, uc *upstreamConn, sbr *bufio.Reader) (resp *httpwire.Response, ok bool) {
 	req, up := x.req, x.pool.up
+	lim := httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes}
+	var early *earlyAnswer // a request that may block its write: its answer is read meanwhile
+	if x.watchesEarly() {
+		early = watchEarlyAnswer(uc, req.Method, lim)
+	}
 	err := o.sendRequest(ctx, uc, x, sbr)
+	x.early = early != nil && early.written()
 	x.sent = err == nil
-	if err != nil {
+	if err != nil && !x.early {
+		if early != nil {
+			early.stop() // the connection is closed, not pooled
+		}
 		if errors.Is(err, errTooLarge) {
 			o.tooLarge(st, x, sbr, err) // streamed chunked (chunked: true): cut without its last chunk
 			return nil, false
@@ -438,17 +456,25 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 		armDeadline(ctx, uc.conn.SetReadDeadline, responseDeadline(up, time.Now(), x.deadline))
 		uc.armed = true
 	}
-	for {
-		resp, err = httpwire.ReadResponse(uc.br, req.Method, httpwire.Limits{MaxHeaderBytes: o.limits().MaxHeaderBytes})
-		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == 101 {
-			break
-		}
-		// 1xx interim responses (100 Continue, 102, 103) are for the hop: the edge
-		// already told the client to continue.
+	if early != nil {
+		resp, err = early.wait()
+	} else {
+		resp, err = readFinalHead(uc.br, req.Method, lim)
 	}
 	if err != nil {
 		o.upstreamFailed(ctx, st, x, err)
 		return nil, false
+	}
+	if x.early {
+		// The upstream answered before it had the whole request (and stopped reading
+		// it): its answer goes to the client as any other, the rest of the request is
+		// read from the tunnel and dropped (ServeStream), and the connection, in the
+		// middle of a request, is closed. The request was not run whole, but the server
+		// did see it: if the answer is lost on the way, its outcome is unknown, never
+		// "not run".
+		o.log.Debug("upstream answered before the request was written whole", "exchange", req.ExchangeID, "upstream", up.Name, "status", resp.StatusCode)
+		x.sent = true
+		resp.Close = true
 	}
 	if resp.StatusCode == 101 {
 		o.fail(st, x.start, req.ExchangeID, up.Name, x.op, &gatewayError{Status: 502, Cause: causeUpstreamBad,

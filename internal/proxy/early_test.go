@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/httpwire"
+)
+
+// answeringUpstream serves every connection it accepts with serve (closed after it).
+func answeringUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(2 * testDeadline))
+				serve(c, bufio.NewReader(c))
+			}()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	return ln.Addr().String()
+}
+
+// readFinal reads responses on the client's connection until a final one.
+func (c *client) readFinal(method string) (*httpwire.Response, []byte) {
+	c.t.Helper()
+	for {
+		resp, body := c.read(method)
+		if resp.StatusCode >= 200 {
+			return resp, body
+		}
+	}
+}
+
+// An upstream that answers a large request before reading it (a server's body limit: 413)
+// and never reads the rest: the client gets that answer byte for byte at once, not a
+// timeout fault after limits.exchange_timeout with the answer lost, and its connection
+// stays usable; the origin closes the upstream connection, which is in the middle of a
+// request. Content-Length bodies stream to the upstream, chunked ones are read whole first
+// (and sent with a Content-Length) or streamed chunked (upstream chunked: true): all three
+// block in their write the same way.
+func TestEarlyAnswerReachesTheClient(t *testing.T) {
+	big := strings.Repeat("<x/>", 1<<20) // 4 MiB: more than the sockets hold
+	const answer = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 14\r\nConnection: close\r\n\r\nbody too large"
+	for _, c := range []struct {
+		name    string
+		chunked bool // the client sends the body chunked
+		streams bool // the upstream takes chunked bodies
+	}{
+		{"content-length", false, false},
+		{"chunked read whole", true, false},
+		{"chunked streamed", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			closed := make(chan struct{}, 1)
+			release := make(chan struct{})
+			addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+				head, err := readUntil(br, "\r\n\r\n")
+				if err != nil {
+					return
+				}
+				if strings.Contains(head, "/small") {
+					_, _ = readUntil(br, "<small/>")
+					_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					_, _ = readUntil(br, "never") // until the origin closes
+					return
+				}
+				_, _ = io.WriteString(conn, answer)
+				<-release // read nothing more until the client has the answer
+				if _, err := io.Copy(io.Discard, br); err == nil {
+					closed <- struct{}{} // EOF: the origin closed the connection
+				}
+			})
+			var once sync.Once
+			answered := func() { once.Do(func() { close(release) }) }
+			t.Cleanup(answered) // before the upstream's cleanup waits for its handler
+			ups := []Upstream{{Name: "up", Address: addr, Chunked: c.streams}}
+			lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
+			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
+			require.NoError(t, env.origin.Reconfigure(ups, lim))
+			cl := env.dial()
+			raw := soapRequest(1, "/svc", "", big)
+			if c.chunked {
+				raw, _ = chunkedClientRequest("/svc", big[:1<<21], big[1<<21:])
+			}
+			sent := make(chan error, 1)
+			go func() { _, err := io.WriteString(cl.c, raw); sent <- err }()
+
+			resp, body := cl.readFinal("POST")
+			answered()
+			require.Equal(t, 413, resp.StatusCode)
+			require.Equal(t, "body too large", string(body))
+			require.Equal(t, "text/plain", resp.Header.Get("Content-Type"))
+			require.NoError(t, <-sent, "the client could not send its whole request")
+			select {
+			case <-closed:
+			case <-time.After(testDeadline):
+				t.Fatal("the origin kept the upstream connection of an unfinished request")
+			}
+
+			// The client's connection carries the next call (on a new upstream connection).
+			cl.send(soapRequest(1, "/small", "", "<small/>"))
+			resp, body = cl.readFinal("POST")
+			require.Equal(t, 200, resp.StatusCode)
+			require.Equal(t, "ok", string(body))
+		})
+	}
+}
+
+// An upstream that sends 100 Continue before it reads a large body (the client asked with
+// Expect: 100-continue, which goes through) and then reads it all: the interim response
+// does not stop the request's write, and the final answer comes after the whole body.
+func TestEarlyAnswerSkipsInterimResponses(t *testing.T) {
+	big := strings.Repeat("<y/>", 1<<19) // 2 MiB
+	got := make(chan int, 1)
+	addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+		head, err := readUntil(br, "\r\n\r\n")
+		if err != nil || !strings.Contains(strings.ToLower(head), "expect: 100-continue") {
+			got <- -1
+			return
+		}
+		// Sent while the origin writes the body, which it cannot finish before this
+		// reads it (a fresh connection's window is far below 2 MiB).
+		_, _ = io.WriteString(conn, "HTTP/1.1 100 Continue\r\n\r\n")
+		n, _ := io.CopyN(io.Discard, br, int64(len(big)))
+		got <- int(n)
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len("read it all"))+"\r\n\r\nread it all")
+		_, _ = readUntil(br, "never")
+	})
+	ups := []Upstream{{Name: "up", Address: addr}}
+	lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
+	env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
+	require.NoError(t, env.origin.Reconfigure(ups, lim))
+	cl := env.dial()
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(cl.c, soapRequest(1, "/svc", "Expect: 100-continue\r\n", big))
+		sent <- err
+	}()
+	resp, body := cl.readFinal("POST")
+	require.Equal(t, len(big), <-got, "the upstream did not get the whole body")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "read it all", string(body))
+	require.NoError(t, <-sent)
+}
