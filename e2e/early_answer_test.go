@@ -107,3 +107,42 @@ func TestEarlyAnswer(t *testing.T) {
 }
 
 const smallBody = `<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><put xmlns="urn:t"/></soap:Body></soap:Envelope>`
+
+// TestEarlyFault: a large request to an upstream that is down. The origin answers
+// upstream_unreachable before it has read the request; through both tunnels the client gets
+// that fault (not tunnel_lost from a reset that overtook it) and its whole request is taken.
+func TestEarlyFault(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := "http://" + ln.Addr().String()
+	require.NoError(t, ln.Close())
+	for _, transport := range []string{"tcp", "udp"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			a := newPairAddrs(t)
+			limits := "limits:\n  max_request_bytes: 8MiB\n"
+			startGateway(t, a.OriginAdmin, originYAML(a, down, limits))
+			edgeCfg := edgeYAML(a, limits)
+			if transport == "udp" {
+				edgeCfg = udpEdgeYAML(a, a.Tunnel, "") + limits
+			}
+			startGateway(t, a.EdgeAdmin, edgeCfg)
+			big := strings.Repeat("<x/>", 1<<20)
+			for range 3 {
+				c, err := net.Dial("tcp", a.Edge)
+				require.NoError(t, err)
+				require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+				sent := make(chan error, 1)
+				go func() {
+					_, err := fmt.Fprintf(c, "POST /svc HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:put\"\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
+					sent <- err
+				}()
+				resp, err := frReadResponse(bufio.NewReader(c))
+				require.NoError(t, err)
+				require.Equal(t, "upstream_unreachable", resp.Get("X-Soapgw-Error"), resp.String())
+				require.NoError(t, <-sent, "the client's request was not taken whole")
+				_ = c.Close()
+			}
+		})
+	}
+}

@@ -163,3 +163,36 @@ func TestEarlyAnswerSkipsInterimResponses(t *testing.T) {
 	require.Equal(t, "read it all", string(body))
 	require.NoError(t, <-sent)
 }
+
+// A fault the origin answers before it has read a large request (the upstream is down, or
+// not configured there): the client gets that fault, naming the cause, not tunnel_lost
+// from a stream reset that overtook it, and its whole request is taken.
+func TestOriginFaultBeforeTheRequestEnded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	big := strings.Repeat("<x/>", 1<<20) // 4 MiB
+	for _, c := range []struct {
+		name   string
+		origin []Upstream // what the origin has; the edge routes to "up"
+		cause  string
+	}{
+		{"upstream down", []Upstream{{Name: "up", Address: down}}, causeUpstreamDown},
+		{"unknown upstream", []Upstream{{Name: "other", Address: down}}, causeUnknownUpstream},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lim := Limits{MaxRequestBytes: 8 << 20}
+			env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: down}}, EdgeLimits: lim})
+			require.NoError(t, env.origin.Reconfigure(c.origin, lim))
+			for range 3 {
+				cl := env.dial()
+				sent := make(chan error, 1)
+				go func() { _, err := io.WriteString(cl.c, soapRequest(1, "/svc", "", big)); sent <- err }()
+				f := cl.readFault()
+				require.Equal(t, c.cause, f.cause, f.text)
+				require.NoError(t, <-sent, "the client's request was not taken whole")
+			}
+		})
+	}
+}

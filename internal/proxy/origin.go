@@ -122,6 +122,13 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	sbr := readerPool.Get().(*bufio.Reader)
 	sbr.Reset(clock.reader(st))
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
+	// Whatever answered the exchange (a gateway fault, or the server before it had read
+	// the whole request: earlyAnswer), the edge may still be sending the request. Closing
+	// the stream with it unread would reset it, and at the edge a reset can overtake the
+	// answer: the client would get tunnel_lost instead of, say, upstream_down or the
+	// server's 413. So the rest is read and dropped first (after every other deferred
+	// step; one read that finds the end when the request was read whole).
+	defer discardRefused(sbr)
 
 	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
 	if kind, _ := envelope.KindOf(head); err == nil && kind == envelope.KindResume {
@@ -222,10 +229,6 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer abort.stop()
 
 	resp, ok := o.callUpstream(ctx, st, x, uc, sbr)
-	if x.early {
-		// After the answer, before the stream is closed: see tooLarge.
-		defer discardRefused(sbr)
-	}
 	if !ok {
 		return
 	}
@@ -322,7 +325,7 @@ func resetByEdge(st Stream) bool {
 func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool {
 	req, up, limit := x.req, x.pool.up, o.limits().MaxRequestBytes
 	if req.ContentLength > limit {
-		o.tooLarge(st, x, sbr, nil)
+		o.tooLarge(st, x, nil)
 		return false
 	}
 	if req.ContentLength >= 0 || up.streamsChunked() {
@@ -331,7 +334,7 @@ func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool 
 	b, err := readAllLimit(sbr, limit)
 	switch {
 	case errors.Is(err, errTooLarge):
-		o.tooLarge(st, x, sbr, err)
+		o.tooLarge(st, x, err)
 		return false
 	case err != nil:
 		// The request did not arrive whole from the tunnel (edge reset it, checksum).
@@ -343,20 +346,23 @@ func (o *Origin) readBody(st Stream, x *originExchange, sbr *bufio.Reader) bool 
 	return true
 }
 
-// tooLarge answers a request whose body is over limits.max_request_bytes, then reads and
-// discards what the edge still sends of it (up to maxRefusedDrain, within the stream's
-// deadline). Closing the stream with the request unread would reset it, and at the edge
-// a reset can overtake the Fault: the client would get tunnel_lost instead of
-// request_too_large. An edge whose own limit is lower stops sending (and answers) first.
-func (o *Origin) tooLarge(st Stream, x *originExchange, body io.Reader, err error) {
+// tooLarge answers a request whose body is over limits.max_request_bytes. ServeStream
+// then reads and drops what the edge still sends of it (discardRefused). An edge whose
+// own limit is lower stops sending (and answers) first.
+func (o *Origin) tooLarge(st Stream, x *originExchange, err error) {
 	o.fail(st, x.start, x.req.ExchangeID, x.pool.up.Name, x.op, &gatewayError{Status: 413, Cause: causeTooLarge,
 		Message: fmt.Sprintf("soapgw: request body exceeds the limit of %d bytes at origin %q", o.limits().MaxRequestBytes, o.cfg.Node)}, err)
-	discardRefused(body)
 }
 
-// discardRefused reads and drops what the edge still sends of a request that was
-// answered without it (up to maxRefusedDrain, within the exchange's progress clock).
-func discardRefused(body io.Reader) { _, _ = io.CopyN(io.Discard, body, maxRefusedDrain) }
+// discardRefused reads and drops what the edge still sends of a request (up to
+// maxRefusedDrain, within the exchange's progress clock; at once when the stream has
+// failed or the request was read whole). The first read needs no buffer of its own.
+func discardRefused(body *bufio.Reader) {
+	if _, err := body.Peek(1); err != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, body, maxRefusedDrain)
+}
 
 // maxRefusedDrain bounds what the origin reads and discards of a refused request body.
 const maxRefusedDrain = 64 << 20
@@ -436,7 +442,7 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 			early.stop() // the connection is closed, not pooled
 		}
 		if errors.Is(err, errTooLarge) {
-			o.tooLarge(st, x, sbr, err) // streamed chunked (chunked: true): cut without its last chunk
+			o.tooLarge(st, x, err) // streamed chunked (chunked: true): cut without its last chunk
 			return nil, false
 		}
 		if !errors.Is(err, errUpstreamWrite) {
