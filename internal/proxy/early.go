@@ -21,10 +21,12 @@ const earlyWatchMinBytes = 64 << 10
 
 // earlyAnswer reads an upstream's response head concurrently with the request's write,
 // the way RFC 9112 §9.5 asks of a client sending a body ("monitor the connection for an
-// error response while it is transmitting"). A final response (or a read error) that
-// comes before the write has returned stops the write with a past write deadline: the
-// upstream has answered and will not read the rest. Its goroutine reads only uc.br, which
-// nothing else touches until wait or stop has joined it.
+// error response while it is transmitting"). An error response (4xx, 5xx) or one that
+// closes the connection, or a read error, that comes before the write has returned stops
+// the write with a past write deadline: the upstream has answered and will not read the
+// rest. Any other early answer lets the write go on: a server may answer as it reads
+// (full duplex), and the answer is relayed once the request is written. Its goroutine
+// reads only uc.br, which nothing else touches until wait or stop has joined it.
 type earlyAnswer struct {
 	conn  net.Conn
 	state atomic.Uint32 // earlyWriting, then earlyWritten (the writer's) or earlyAnswered (the reader's)
@@ -50,6 +52,9 @@ func watchEarlyAnswer(uc *upstreamConn, method string, lim httpwire.Limits) *ear
 func (a *earlyAnswer) read(br *bufio.Reader, method string, lim httpwire.Limits) {
 	defer close(a.done)
 	a.resp, a.err = readFinalHead(br, method, lim)
+	if a.err == nil && a.resp.StatusCode < 400 && !a.resp.Close {
+		return // the server may read on
+	}
 	if a.state.CompareAndSwap(earlyWriting, earlyAnswered) {
 		_ = a.conn.SetWriteDeadline(time.Unix(1, 0)) // the upstream is done with this request
 	}

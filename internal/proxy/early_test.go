@@ -61,7 +61,8 @@ func (c *client) readFinal(method string) (*httpwire.Response, []byte) {
 // block in their write the same way.
 func TestEarlyAnswerReachesTheClient(t *testing.T) {
 	big := strings.Repeat("<x/>", 1<<20) // 4 MiB: more than the sockets hold
-	const answer = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 14\r\nConnection: close\r\n\r\nbody too large"
+	// No Connection: close: the error status alone stops the write.
+	const answer = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 14\r\n\r\nbody too large"
 	for _, c := range []struct {
 		name    string
 		chunked bool // the client sends the body chunked
@@ -195,4 +196,32 @@ func TestOriginFaultBeforeTheRequestEnded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A server that answers 200 as soon as it has the head and reads the whole body before it
+// ends its (chunked) answer: an early answer that is not an error and keeps the connection
+// does not stop the request's write, or the server would wait for the rest forever.
+func TestEarlyAnswerLetsAServerReadOn(t *testing.T) {
+	big := strings.Repeat("<z/>", 1<<20) // 4 MiB
+	addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+		if _, err := readUntil(br, "\r\n\r\n"); err != nil {
+			return
+		}
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+		n, _ := io.CopyN(io.Discard, br, int64(len(big)))
+		msg := "read " + strconv.FormatInt(n, 10)
+		_, _ = io.WriteString(conn, strconv.FormatInt(int64(len(msg)), 16)+"\r\n"+msg+"\r\n0\r\n\r\n")
+		_, _ = readUntil(br, "never")
+	})
+	ups := []Upstream{{Name: "up", Address: addr}}
+	lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
+	env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
+	require.NoError(t, env.origin.Reconfigure(ups, lim))
+	cl := env.dial()
+	sent := make(chan error, 1)
+	go func() { _, err := io.WriteString(cl.c, soapRequest(1, "/svc", "", big)); sent <- err }()
+	resp, body := cl.readFinal("POST")
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "read "+strconv.Itoa(len(big)), string(body))
+	require.NoError(t, <-sent)
 }
