@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // clientConn is a SOAP client's connection to the edge.
@@ -28,6 +30,34 @@ type clientConn struct {
 	// progress is the clock of the exchange in progress (serveConn's goroutine sets
 	// and clears it): bytes moved to or from the client are its progress.
 	progress *progressClock
+
+	// linger: a fault that closes the connection was written, maybe with part of the
+	// request unread (serveConn's goroutine sets it; lingerClose).
+	linger bool
+}
+
+// lingerTimeout and maxLingerBytes bound lingerClose: what a client still sends after a
+// fault is read and dropped for at most this long, or this much.
+const (
+	lingerTimeout  = 2 * time.Second
+	maxLingerBytes = 64 << 20
+)
+
+// lingerClose closes a connection after a fault that may have left part of the request
+// unread (a body over the limit, an exchange failed while the client was sending).
+// Closing a socket with unread data sends a reset, and many SOAP stacks then report the
+// reset from their write and never read the fault: Java's HttpURLConnection, Axis,
+// gSOAP, and any client on Windows, whose TCP drops received data on a reset. So, like
+// nginx's lingering close, the edge first ends its side (FIN after the fault), then reads
+// and drops what the client still sends until it closes, lingerTimeout passes or
+// maxLingerBytes are read, and only then closes.
+func lingerClose(cc *clientConn) {
+	if hc, ok := cc.Conn.(interface{ CloseWrite() error }); ok {
+		_ = hc.CloseWrite()
+	}
+	_ = cc.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
+	_, _ = io.CopyN(io.Discard, cc.Conn, maxLingerBytes)
+	_ = cc.Conn.Close()
 }
 
 // firstPool holds the buffers a request's first bytes are read into: 4 KiB takes a

@@ -225,3 +225,22 @@ func TestEarlyAnswerLetsAServerReadOn(t *testing.T) {
 	require.Equal(t, "read "+strconv.Itoa(len(big)), string(body))
 	require.NoError(t, <-sent)
 }
+
+// The edge's own fault for a body over its limit comes before it has read the body: the
+// client can still send all of it (the edge reads and drops it after the fault, then
+// closes) instead of getting a reset in its write, which many stacks report in place of
+// the fault (Java's HttpURLConnection, gSOAP; any client on Windows).
+func TestEdgeFaultLingers(t *testing.T) {
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: "127.0.0.1:1"}}, EdgeLimits: Limits{MaxRequestBytes: 1 << 10}})
+	big := strings.Repeat("<x/>", 1<<20) // 4 MiB
+	for range 3 {
+		cl := env.dial()
+		sent := make(chan error, 1)
+		go func() { _, err := io.WriteString(cl.c, soapRequest(1, "/svc", "", big)); sent <- err }()
+		f := cl.readFault()
+		require.Equal(t, causeTooLarge, f.cause)
+		require.True(t, f.resp.Close)
+		require.NoError(t, <-sent, "the client's write was reset")
+		cl.requireClosed()
+	}
+}

@@ -197,6 +197,9 @@ func (e *Edge) connWorker(c acceptedConn) {
 func (e *Edge) serveAccepted(c acceptedConn) {
 	defer e.wg.Done()
 	defer func() {
+		if c.cc.linger {
+			lingerClose(c.cc) // still in e.conns: Shutdown's abort ends it early
+		}
 		e.mu.Lock()
 		delete(e.conns, c.cc)
 		e.mu.Unlock()
@@ -452,6 +455,7 @@ func (x *exchange) sendFault(ge *gatewayError, close bool) {
 	x.e.m.exchange("edge", x.upstream(), x.op, ge.Status, "gateway_error", time.Since(x.start))
 	x.e.m.fault("edge", x.upstream(), "gateway", gatewayFaultCode(x.sv, ge.Status))
 	out := faultResponse(nil, ge, x.e.limits().FaultStatus, x.sv, x.req.ProtoMinor, x.id, close || x.req.Close)
+	x.cc.linger = close || x.req.Close
 	x.e.m.addBytes("edge", "client_out", int64(len(out)))
 	_, _ = x.bw.Write(out)
 	_ = x.bw.Flush()
