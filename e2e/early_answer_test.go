@@ -146,3 +146,64 @@ func TestEarlyFault(t *testing.T) {
 		})
 	}
 }
+
+// TestStalledUpstreamTimesOut: a server that takes a large request's head and then
+// neither reads nor answers. The origin's exchange_timeout ends the call; through both
+// tunnels the client gets the timeout fault, not tunnel_lost from a stream reset under the
+// edge that was still sending the request, and its whole request is taken.
+func TestStalledUpstreamTimesOut(t *testing.T) {
+	for _, transport := range []string{"tcp", "udp"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			release := make(chan struct{})
+			var once sync.Once
+			faulted := func() { once.Do(func() { close(release) }) }
+			var wg sync.WaitGroup
+			t.Cleanup(func() { _ = ln.Close(); faulted(); wg.Wait() })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						defer c.Close()
+						_ = c.SetDeadline(time.Now().Add(time.Minute))
+						var b [1]byte
+						_, _ = c.Read(b[:])
+						<-release // read nothing more until the client has its fault
+						_, _ = io.Copy(io.Discard, c)
+					}()
+				}
+			}()
+			a := newPairAddrs(t)
+			startGateway(t, a.OriginAdmin, originYAML(a, "http://"+ln.Addr().String(), "limits:\n  exchange_timeout: 1s\n"))
+			edgeCfg := edgeYAML(a, "")
+			if transport == "udp" {
+				edgeCfg = udpEdgeYAML(a, a.Tunnel, "")
+			}
+			startGateway(t, a.EdgeAdmin, edgeCfg)
+			c, err := net.Dial("tcp", a.Edge)
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+			big := strings.Repeat("<x/>", 6<<20) // 24 MiB: more than the tunnels' windows and the sockets hold
+			sent := make(chan error, 1)
+			go func() {
+				_, err := fmt.Fprintf(c, "POST /svc HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:put\"\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
+				sent <- err
+			}()
+			resp, err := frReadResponse(bufio.NewReader(c))
+			require.NoError(t, err)
+			faulted()
+			require.Equal(t, "timeout", resp.Get("X-Soapgw-Error"), resp.String())
+			require.NoError(t, <-sent, "the client's request was not taken whole")
+		})
+	}
+}

@@ -220,11 +220,16 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// When ctx ends (exchange deadline or drain deadline passed, session gone, the edge
 	// abandoned the exchange) unblock the upstream call and the stream. A connection
 	// interrupted this way is never pooled: it is closed, so the upstream sees the call
-	// abandoned.
+	// abandoned. When the exchange's clock ended it (a stall, or the hard bound), the
+	// clock has already unblocked the stream with a past deadline, and the stream is
+	// left open for the timeout fault (upstreamFailed): closed here, it would be reset
+	// under an edge still sending the request, which would report tunnel_lost.
 	upConn, cur := uc.conn, st
 	abort := ec.hookOnce(func() {
 		_ = upConn.SetDeadline(time.Unix(1, 0))
-		_ = cur.Close()
+		if !errors.Is(ec.Cause(), errNoProgress) {
+			_ = cur.Close()
+		}
 	})
 	defer abort.stop()
 
@@ -526,6 +531,9 @@ func (o *Origin) upstreamFailed(ctx context.Context, st Stream, x *originExchang
 		// may fire an instant before ctx's timer does.
 		ge = &gatewayError{Status: 504, Cause: causeTimeout,
 			Message: fmt.Sprintf("soapgw: upstream %q gave no answer before the exchange ended: %s", up.Name, x.clock.reason())}
+		// The clock gave the stream a past deadline: the fault, and the rest of a request
+		// the edge is still sending (discardRefused), get a bound of their own.
+		_ = st.SetDeadline(time.Now().Add(faultWriteTimeout))
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		ge = &gatewayError{Status: 504, Cause: causeUpstreamTimeout,
 			Message: fmt.Sprintf("soapgw: upstream %q (%s) did not answer within %s", up.Name, up.Address, up.ResponseTimeout)}
