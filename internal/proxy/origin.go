@@ -39,7 +39,8 @@ type Origin struct {
 	instance    originInstance
 
 	warnOneWayOff *ratelog.Limiter
-	oneWaySlots   chan struct{} // semaphore: OriginConfig.OneWayConcurrency
+	warnConnAuth  *ratelog.Limiter // per upstream
+	oneWaySlots   chan struct{}    // semaphore: OriginConfig.OneWayConcurrency
 
 	flushDelay time.Duration // cfg.StreamFlushDelay or its default
 }
@@ -73,6 +74,7 @@ func NewOrigin(cfg OriginConfig, m *Metrics, log *slog.Logger) (*Origin, error) 
 	o := &Origin{cfg: cfg, lim: lim, m: m, log: log.With("role", "origin"), inflight: make(chan struct{}, lim.MaxConcurrentExchanges),
 		flushDelay: cfg.StreamFlushDelay, instance: newOriginInstance(), aheadTokens: newReadAheadTokens()}
 	o.warnOneWayOff = ratelog.New(o.log, time.Minute)
+	o.warnConnAuth = ratelog.New(o.log, time.Minute)
 	if cfg.OneWayConcurrency <= 0 {
 		cfg.OneWayConcurrency = DefaultOneWayConcurrency
 	}
@@ -486,6 +488,10 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 		o.log.Debug("upstream answered before the request was written whole", "exchange", req.ExchangeID, "upstream", up.Name, "status", resp.StatusCode)
 		x.sent = true
 		resp.Close = true
+	}
+	if connectionAuth(req.Header, resp.Header) {
+		resp.Close = true // never back to the shared pool: connectionAuth
+		o.warnConnAuth.Warn(up.Name, "upstream authenticates connections (NTLM or Negotiate): each such connection is closed after its exchange, never shared between clients; a handshake that needs one connection for several requests (NTLM) cannot complete through soapgw", "upstream", up.Name, "status", resp.StatusCode)
 	}
 	if resp.StatusCode == 101 {
 		o.fail(st, x.start, req.ExchangeID, up.Name, x.op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
