@@ -37,6 +37,11 @@
 // where the edge collects it with a resume at offset 0 (internal/tunnel/quic SPEC.md,
 // "Large responses over TCP"). Edges that did not ask for it never get it.
 //
+// Exchange ids are opaque to the origin except for two marks. An edge may end an id with
+// "~" and a key of the client connection ("<instance>-<n>~c<k>"): the client
+// authenticated its connection (NTLM, Negotiate), and the origin keeps the upstream
+// connection of the key's exchanges for that key alone (internal/proxy, connauth.go).
+//
 // One-way deliveries. A request whose exchange id starts with [OneWayPrefix] ("ow.") is a
 // one-way message the edge acknowledged to its client from its durable spool and now
 // delivers: the id is the message's, the same on every attempt, and the origin delivers

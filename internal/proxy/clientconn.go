@@ -34,6 +34,10 @@ type clientConn struct {
 	// linger: a fault that closes the connection was written, maybe with part of the
 	// request unread (serveConn's goroutine sets it; lingerClose).
 	linger bool
+
+	// affinity is the key its exchange ids carry once it authenticated with NTLM or
+	// Negotiate ("": none; connauth.go).
+	affinity string
 }
 
 // lingerTimeout and maxLingerBytes bound lingerClose: what a client still sends after a

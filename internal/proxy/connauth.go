@@ -1,8 +1,12 @@
 package proxy
 
 import (
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/soapgw/soapgw/internal/envelope"
 	"github.com/soapgw/soapgw/internal/httpwire"
 )
 
@@ -46,3 +50,100 @@ func firstToken(v string) string {
 }
 
 func isConnScheme(s string) bool { return equalFold(s, "NTLM") || equalFold(s, "Negotiate") }
+
+// Connection affinity. For connection-bound authentication to work through the pair,
+// every request of one client connection that authenticated so must reach the upstream
+// on the one upstream connection it authenticated, and no other client's request ever
+// may. The edge tags the exchange ids of such a client connection (from its first request
+// with NTLM or Negotiate credentials on) with an affinity key: the id's own edge instance
+// prefix and a number for the client connection, "<instance>-<n>~c<conn>". Exchange ids
+// are opaque to origins that predate this (they keep ids whole for held responses and
+// logs), so no format changes. The origin keeps the upstream connection of such an
+// exchange pinned to the key instead of pooled (upstreamPool.pin), and the key's later
+// exchanges take it back (takePinned).
+
+// affinitySep separates an exchange id from its affinity key.
+const affinitySep = "~"
+
+// affinityCounter numbers the client connections that get an affinity key.
+var affinityCounter atomic.Uint64
+
+// affine returns id tagged with the client connection's affinity key: when the
+// connection has one, or when req starts a connection-bound authentication (then the
+// connection gets its key now).
+func (cc *clientConn) affine(id string, req httpwire.Header) string {
+	if cc.affinity == "" {
+		if !connectionAuth(req, nil) {
+			return id
+		}
+		cc.affinity = "c" + strconv.FormatUint(affinityCounter.Add(1), 10)
+	}
+	return id + affinitySep + cc.affinity
+}
+
+// affinityKey is the key an exchange id carries, with the edge instance it belongs to
+// (keys are unique only within an edge process); "" for none.
+func affinityKey(id string) string {
+	i := strings.LastIndex(id, affinitySep)
+	j := strings.IndexByte(id, '-')
+	if i < 0 || j < 0 || j > i || i+len(affinitySep) == len(id) || envelope.IsOneWay(id) {
+		return ""
+	}
+	return id[:j+1] + id[i+len(affinitySep):]
+}
+
+// maxPinnedConns bounds the connections an upstream pool keeps pinned to affinity keys.
+// Beyond it a connection-bound exchange's connection is closed, as if it had no key: its
+// client authenticates again on a new connection, or fails, but never shares one.
+const maxPinnedConns = 256
+
+// takePinned returns the idle connection pinned to key, if it is still usable, and unpins
+// it: an exchange of key that finds none (or finds it busy with another of its exchanges)
+// goes to a connection of its own.
+func (p *upstreamPool) takePinned(key string) *upstreamConn {
+	p.mu.Lock()
+	uc := p.pins[key]
+	delete(p.pins, key)
+	p.mu.Unlock()
+	if uc == nil {
+		return nil
+	}
+	if time.Since(uc.idleSince) < p.up.IdleTimeout && uc.alive() {
+		return uc
+	}
+	_ = uc.conn.Close()
+	return nil
+}
+
+// pin keeps uc idle for key's next exchange, not in the shared pool. Pins idle longer than
+// the upstream's idle timeout are closed here (a key's client may be long gone: the edge
+// does not say when its connection closes).
+func (p *upstreamPool) pin(key string, uc *upstreamConn) {
+	uc.idleSince = time.Now()
+	_ = uc.conn.SetDeadline(time.Time{})
+	uc.armed = false
+	var closing []*upstreamConn
+	p.mu.Lock()
+	for k, c := range p.pins {
+		if uc.idleSince.Sub(c.idleSince) >= p.up.IdleTimeout {
+			closing = append(closing, c)
+			delete(p.pins, k)
+		}
+	}
+	switch old := p.pins[key]; {
+	case p.retired || (old == nil && len(p.pins) >= maxPinnedConns):
+		closing = append(closing, uc)
+	default:
+		if old != nil { // another exchange of key took a connection of its own
+			closing = append(closing, old)
+		}
+		if p.pins == nil {
+			p.pins = make(map[string]*upstreamConn)
+		}
+		p.pins[key] = uc
+	}
+	p.mu.Unlock()
+	for _, c := range closing {
+		_ = c.conn.Close()
+	}
+}

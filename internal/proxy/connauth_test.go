@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -44,55 +45,158 @@ func TestConnectionAuth(t *testing.T) {
 	}
 }
 
-// An upstream that authenticates connections the way IIS runs NTLM: a request with
-// "Authorization: NTLM <user>" authenticates its connection, and every later request on
-// that connection runs as that user, credentials or not; other requests get a 401
-// challenge. Through soapgw one client authenticates; another client's request without
-// credentials must get the challenge, never run as the first client's user on the
-// connection the first one authenticated.
-func TestConnectionAuthIsNotShared(t *testing.T) {
-	addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
-		user := ""
+// ntlmUpstream authenticates connections the way IIS runs NTLM: "Authorization: NTLM T1"
+// gets a challenge, and "Authorization: NTLM T3-<user>" on the same connection after it
+// authenticates the connection; every later request on it runs as that user, credentials
+// or not. Anything else gets a 401 challenge for NTLM.
+func ntlmUpstream(t *testing.T) string {
+	return answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+		user, challenged := "", false
 		for {
 			head, err := readUntil(br, "\r\n\r\n")
 			if err != nil {
 				return
 			}
-			n := 0
+			n, auth := 0, ""
 			for _, line := range strings.Split(head, "\r\n") {
 				name, v, _ := strings.Cut(line, ":")
-				v = strings.TrimSpace(v)
 				switch strings.ToLower(name) {
 				case "content-length":
-					n, _ = strconv.Atoi(v)
+					n, _ = strconv.Atoi(strings.TrimSpace(v))
 				case "authorization":
-					if u, ok := strings.CutPrefix(v, "NTLM "); ok {
-						user = u
-					}
+					auth = strings.TrimSpace(v)
 				}
 			}
 			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
 				return
 			}
-			if user == "" {
-				_, _ = io.WriteString(conn, "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM\r\nContent-Length: 0\r\n\r\n")
-				continue
+			answer := "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM\r\nContent-Length: 0\r\n\r\n"
+			switch {
+			case auth == "NTLM T1":
+				user, challenged = "", true
+				answer = "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM CHALLENGE\r\nContent-Length: 0\r\n\r\n"
+			case strings.HasPrefix(auth, "NTLM T3-") && challenged:
+				user, challenged = strings.TrimPrefix(auth, "NTLM T3-"), false
+			case auth == "" && user != "":
+			default:
+				user, challenged = "", false
 			}
-			body := "hello " + user
-			_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+			if user != "" {
+				body := "hello " + user
+				answer = "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+			}
+			if _, err := io.WriteString(conn, answer); err != nil {
+				return
+			}
 		}
 	})
-	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: addr, PoolSize: 4, IdleTimeout: time.Minute}}})
-	alice := env.dial()
-	alice.send(soapRequest(1, "/svc", "Authorization: NTLM alice\r\n", "<a/>"))
-	resp, body := alice.read("POST")
-	require.Equal(t, 200, resp.StatusCode)
-	require.Equal(t, "hello alice", string(body))
+}
 
-	for range 3 {
-		bob := env.dial()
-		bob.send(soapRequest(1, "/svc", "", "<b/>"))
-		resp, body = bob.read("POST")
-		require.Equal(t, 401, resp.StatusCode, "a client without credentials ran as %q", body)
+// call sends a SOAP request with an optional Authorization and returns the status and body.
+func (c *client) call(auth string) (int, string) {
+	c.t.Helper()
+	extra := ""
+	if auth != "" {
+		extra = "Authorization: " + auth + "\r\n"
 	}
+	c.send(soapRequest(1, "/svc", extra, "<a/>"))
+	resp, body := c.read("POST")
+	return resp.StatusCode, string(body)
+}
+
+// Through the pair, each client connection completes its own NTLM handshake (three
+// requests that must share one upstream connection) and keeps its identity on later calls
+// without credentials, as it would talking to the server directly; a client without
+// credentials never runs as another's user, although the origin pools upstream
+// connections.
+func TestConnectionAuthHandshakePerClient(t *testing.T) {
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: ntlmUpstream(t), PoolSize: 4, IdleTimeout: time.Minute}}})
+	handshake := func(c *client, user string) {
+		t.Helper()
+		st, _ := c.call("")
+		require.Equal(t, 401, st)
+		st, _ = c.call("NTLM T1")
+		require.Equal(t, 401, st)
+		st, body := c.call("NTLM T3-" + user)
+		require.Equal(t, 200, st, "the handshake's last leg did not reach the connection that had its challenge")
+		require.Equal(t, "hello "+user, body)
+	}
+	alice, bob, eve := env.dial(), env.dial(), env.dial()
+	handshake(alice, "alice")
+	for range 3 {
+		st, body := eve.call("")
+		require.Equal(t, 401, st, "a client without credentials ran as %q", body)
+	}
+	handshake(bob, "bob")
+	for range 3 {
+		for _, c := range []struct {
+			cl   *client
+			want string
+		}{{alice, "hello alice"}, {bob, "hello bob"}} {
+			st, body := c.cl.call("")
+			require.Equal(t, 200, st)
+			require.Equal(t, c.want, body)
+		}
+		st, body := eve.call("")
+		require.Equal(t, 401, st, "a client without credentials ran as %q", body)
+		st, body = env.dial().call("")
+		require.Equal(t, 401, st, "a new client without credentials ran as %q", body)
+	}
+}
+
+func TestAffinityKey(t *testing.T) {
+	for id, want := range map[string]string{
+		"8a3f00c1-17":       "",
+		"8a3f00c1-17~c4":    "8a3f00c1-c4",
+		"8a3f00c1-1234~c4":  "8a3f00c1-c4",
+		"ow.8a3f00c1-17~c4": "",
+		"nodash~c4":         "",
+		"~c4-":              "",
+		"8a3f00c1-17~":      "",
+		"8a3f00c1-17~c4~c5": "8a3f00c1-c5",
+	} {
+		require.Equal(t, want, affinityKey(id), id)
+	}
+}
+
+// Pins are bounded in number and idle time, and never outlive their pool.
+func TestPinnedConnsAreBounded(t *testing.T) {
+	conn := func() (*upstreamConn, net.Conn) {
+		a, b := net.Pipe()
+		t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		return &upstreamConn{conn: a, br: bufio.NewReader(a)}, b
+	}
+	closed := func(peer net.Conn) bool {
+		_ = peer.SetReadDeadline(time.Now().Add(time.Second))
+		_, err := peer.Read(make([]byte, 1))
+		return errors.Is(err, io.EOF)
+	}
+
+	p := &upstreamPool{up: Upstream{IdleTimeout: time.Hour}}
+	peers := make([]net.Conn, maxPinnedConns+1)
+	for i := range peers {
+		var uc *upstreamConn
+		uc, peers[i] = conn()
+		p.pin("k"+strconv.Itoa(i), uc)
+	}
+	require.Len(t, p.pins, maxPinnedConns)
+	require.True(t, closed(peers[maxPinnedConns]), "a pin past the bound was kept")
+
+	uc, peer := conn()
+	p.pin("k0", uc) // the key's exchange took a connection of its own meanwhile: the older one goes
+	require.True(t, closed(peers[0]))
+	require.Same(t, uc, p.pins["k0"])
+	_ = peer
+
+	p.closeIdle()
+	require.Empty(t, p.pins)
+	require.True(t, closed(peers[1]))
+
+	idle := &upstreamPool{up: Upstream{IdleTimeout: time.Nanosecond}}
+	old, oldPeer := conn()
+	idle.pin("old", old)
+	young, _ := conn()
+	idle.pin("young", young) // the old pin's idle time has passed by now
+	require.True(t, closed(oldPeer), "a pin idle past the upstream's idle timeout was kept")
+	require.Nil(t, idle.takePinned("old"))
 }

@@ -202,7 +202,14 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	if !o.readBody(st, x, sbr) {
 		return
 	}
-	uc, err := x.pool.get(ctx)
+	var uc *upstreamConn
+	if x.affinity = affinityKey(x.req.ExchangeID); x.affinity != "" {
+		uc = x.pool.takePinned(x.affinity)
+		x.pinned = uc != nil
+	}
+	if uc == nil {
+		uc, err = x.pool.get(ctx)
+	}
 	if err != nil {
 		up := x.pool.up
 		if errors.Is(causeOf(ctx), errAbandoned) {
@@ -385,8 +392,11 @@ type originExchange struct {
 	clock        *progressClock // ends the exchange when it stalls (limits.exchange_timeout)
 	body         []byte         // a chunked body read whole (buffered), sent with Content-Length
 	buffered     bool
-	sent         bool // the whole request went to the upstream (or it answered before: early)
-	early        bool // the upstream answered before the request's write returned (earlyAnswer)
+	sent         bool   // the whole request went to the upstream (or it answered before: early)
+	early        bool   // the upstream answered before the request's write returned (earlyAnswer)
+	affinity     string // the client connection's affinity key ("": none; connauth.go)
+	pinned       bool   // the upstream connection was pinned to affinity
+	bound        bool   // the exchange authenticated its upstream connection (connectionAuth)
 	// beforeLastByte, when set (one-way deliveries), runs after all but the last byte of
 	// a request with a Content-Length went to the upstream; an error stops the request.
 	beforeLastByte func() error
@@ -489,9 +499,11 @@ func (o *Origin) callUpstream(ctx context.Context, st Stream, x *originExchange,
 		x.sent = true
 		resp.Close = true
 	}
-	if connectionAuth(req.Header, resp.Header) {
-		resp.Close = true // never back to the shared pool: connectionAuth
-		o.warnConnAuth.Warn(up.Name, "upstream authenticates connections (NTLM or Negotiate): each such connection is closed after its exchange, never shared between clients; a handshake that needs one connection for several requests (NTLM) cannot complete through soapgw", "upstream", up.Name, "status", resp.StatusCode)
+	if x.bound = connectionAuth(req.Header, resp.Header); x.bound && x.affinity == "" {
+		// Never back to the shared pool (connectionAuth), and no key to pin it to: an
+		// edge that predates connection affinity.
+		resp.Close = true
+		o.warnConnAuth.Warn(up.Name, "upstream authenticates connections (NTLM or Negotiate) and the edge sends no connection affinity: each such connection is closed after its exchange, never shared; a handshake of several requests (NTLM) cannot complete", "upstream", up.Name, "status", resp.StatusCode)
 	}
 	if resp.StatusCode == 101 {
 		o.fail(st, x.start, req.ExchangeID, up.Name, x.op, &gatewayError{Status: 502, Cause: causeUpstreamBad,
@@ -578,9 +590,12 @@ func (o *Origin) relayResponse(ctx context.Context, st Stream, x *originExchange
 	if err == nil {
 		// The upstream's part is done: hand its connection back before the last frame
 		// goes out, so the next exchange (often already on its way) finds it idle.
-		if !resp.Close && up.PoolSize > 0 && abort.stop() {
+		switch keep := !resp.Close && abort.stop(); {
+		case keep && x.affinity != "" && (x.bound || x.pinned):
+			x.pool.pin(x.affinity, uc) // its client's alone (connauth.go)
+		case keep && up.PoolSize > 0 && !x.bound:
 			x.pool.put(uc)
-		} else {
+		default:
 			_ = uc.conn.Close()
 		}
 		handled = true
@@ -946,7 +961,8 @@ type upstreamPool struct {
 
 	mu      sync.Mutex
 	idle    []*upstreamConn
-	retired bool // replaced by Reconfigure: connections returned now are closed
+	pins    map[string]*upstreamConn // idle connections bound to an affinity key (connauth.go)
+	retired bool                     // replaced by Reconfigure: connections returned now are closed
 }
 
 type upstreamConn struct {
@@ -1048,6 +1064,10 @@ func (p *upstreamPool) closeIdle() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
+	for _, uc := range p.pins {
+		idle = append(idle, uc)
+	}
+	p.pins = nil
 	p.mu.Unlock()
 	for _, uc := range idle {
 		_ = uc.conn.Close()
