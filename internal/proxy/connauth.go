@@ -104,6 +104,7 @@ func (p *upstreamPool) takePinned(key string) *upstreamConn {
 	p.mu.Lock()
 	uc := p.pins[key]
 	delete(p.pins, key)
+	p.notePinsLocked()
 	p.mu.Unlock()
 	if uc == nil {
 		return nil
@@ -142,8 +143,16 @@ func (p *upstreamPool) pin(key string, uc *upstreamConn) {
 		}
 		p.pins[key] = uc
 	}
+	p.notePinsLocked()
 	p.mu.Unlock()
 	for _, c := range closing {
 		_ = c.conn.Close()
+	}
+}
+
+// notePinsLocked sets the pinned connections gauge; p.mu is held.
+func (p *upstreamPool) notePinsLocked() {
+	if p.m != nil {
+		p.m.pinnedConns.WithLabelValues(p.up.Name).Set(float64(len(p.pins)))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
@@ -172,7 +173,8 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 		return errors.Is(err, io.EOF)
 	}
 
-	p := &upstreamPool{up: Upstream{IdleTimeout: time.Hour}}
+	m := NewMetrics(nil)
+	p := &upstreamPool{up: Upstream{Name: "up", IdleTimeout: time.Hour}, m: m}
 	peers := make([]net.Conn, maxPinnedConns+1)
 	for i := range peers {
 		var uc *upstreamConn
@@ -180,6 +182,7 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 		p.pin("k"+strconv.Itoa(i), uc)
 	}
 	require.Len(t, p.pins, maxPinnedConns)
+	require.Equal(t, float64(maxPinnedConns), testutil.ToFloat64(m.pinnedConns.WithLabelValues("up")))
 	require.True(t, closed(peers[maxPinnedConns]), "a pin past the bound was kept")
 
 	uc, peer := conn()
@@ -190,6 +193,7 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 
 	p.closeIdle()
 	require.Empty(t, p.pins)
+	require.Zero(t, testutil.ToFloat64(m.pinnedConns.WithLabelValues("up")))
 	require.True(t, closed(peers[1]))
 
 	idle := &upstreamPool{up: Upstream{IdleTimeout: time.Nanosecond}}

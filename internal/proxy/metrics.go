@@ -21,7 +21,8 @@ type Metrics struct {
 	connsRefused  prometheus.Counter
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
-	readAhead     prometheus.Gauge // bytes of responses queued ahead of a slow tunnel
+	pinnedConns   *prometheus.GaugeVec // upstream connections pinned to a client's affinity key
+	readAhead     prometheus.Gauge     // bytes of responses queued ahead of a slow tunnel
 	diverted      *prometheus.CounterVec
 	held          *heldMetrics   // resumes, and the origin's held responses
 	oneWay        *oneWayMetrics // one-way messages: the edge's spool, deliveries
@@ -120,6 +121,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_origin_upstream_connections_total",
 			Help: "Connections the origin opened to upstream servers (reused ones are not counted).",
 		}, []string{"upstream"}),
+		pinnedConns: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "soapgw_origin_pinned_connections",
+			Help: "Idle upstream connections the origin keeps for one client connection each, because they authenticated with NTLM or Negotiate (at most 256 per upstream), by upstream.",
+		}, []string{"upstream"}),
 		readAhead: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "soapgw_origin_readahead_bytes",
 			Help: "Bytes of upstream responses the origin has read and queued for a tunnel slower than the server (in 32 KiB chunks; at most 64 MiB, 8 MiB per response).",
@@ -140,7 +145,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.readAhead, m.diverted)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.pinnedConns, m.readAhead, m.diverted)
 		reg.MustRegister(m.held.collectors()...)
 		reg.MustRegister(m.oneWay.collectors()...)
 	}

@@ -1068,6 +1068,7 @@ func (p *upstreamPool) closeIdle() {
 		idle = append(idle, uc)
 	}
 	p.pins = nil
+	p.notePinsLocked()
 	p.mu.Unlock()
 	for _, uc := range idle {
 		_ = uc.conn.Close()
