@@ -2,16 +2,41 @@ package e2e
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/soapgw/soapgw/internal/testutil"
 )
+
+// startPairOver starts an origin in front of upstreamURL and an edge whose peer uses
+// transport ("tcp" or "udp"); originExtra and edgeExtra are top-level YAML.
+func startPairOver(t *testing.T, transport, upstreamURL, originExtra, edgeExtra string) pairAddrs {
+	a := newPairAddrs(t)
+	startGateway(t, a.OriginAdmin, originYAML(a, upstreamURL, originExtra))
+	edgeCfg := edgeYAML(a, edgeExtra)
+	if transport == "udp" {
+		edgeCfg = udpEdgeYAML(a, a.Tunnel, "") + edgeExtra
+	}
+	startGateway(t, a.EdgeAdmin, edgeCfg)
+	return a
+}
+
+// sendLarge dials the edge and writes a SOAP request with body from a goroutine (the
+// gateways may answer before they have read it); the channel gets the write's result.
+func sendLarge(t *testing.T, edge, path, body string) (net.Conn, <-chan error) {
+	c, err := net.Dial("tcp", edge)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+	sent := make(chan error, 1)
+	go func() { _, err := c.Write(frSoapRequest("svc", path, false, body)); sent <- err }()
+	return c, sent
+}
 
 // TestEarlyAnswer: a server that answers a large request before it has read it (a body
 // limit's 413; also 401, 503) and then reads no more. Through both tunnels, with the
@@ -24,85 +49,57 @@ func TestEarlyAnswer(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
 			const answer = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/html\r\nContent-Length: 23\r\nConnection: close\r\n\r\n<h1>body too large</h1>"
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			release := make(chan struct{})
-			var once sync.Once
-			answered := func() { once.Do(func() { close(release) }) }
-			var wg sync.WaitGroup
-			t.Cleanup(func() { _ = ln.Close(); answered(); wg.Wait() })
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						defer c.Close()
-						_ = c.SetDeadline(time.Now().Add(time.Minute))
-						br := bufio.NewReader(c)
-						head, err := br.ReadString('\n')
-						if err != nil {
-							return
-						}
-						if strings.HasPrefix(head, "POST /big ") {
-							_, _ = io.WriteString(c, answer)
-							<-release
-							_, _ = io.Copy(io.Discard, br) // until the origin closes
-							return
-						}
-						for line := ""; line != "\r\n"; { // a small call: its head, then its body
-							if line, err = br.ReadString('\n'); err != nil {
-								return
-							}
-						}
-						_, _ = io.CopyN(io.Discard, br, int64(len(smallBody)))
-						_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 4\r\n\r\n<a/>")
-						_, _ = io.Copy(io.Discard, br)
-					}()
+			answered, answer0 := testutil.Gate()
+			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
+				req, err := readRawRequestHead(br)
+				if err != nil {
+					return
 				}
-			}()
-			a := newPairAddrs(t)
+				if strings.HasPrefix(req, "POST /big ") {
+					_, _ = io.WriteString(c, answer)
+					<-answered
+					_, _ = io.Copy(io.Discard, br) // until the origin closes
+					return
+				}
+				_, _ = io.CopyN(io.Discard, br, int64(len(smallBody)))
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: 4\r\n\r\n<a/>")
+				_, _ = io.Copy(io.Discard, br)
+			}, answer0)
 			limits := "limits:\n  max_request_bytes: 8MiB\n"
-			startGateway(t, a.OriginAdmin, originYAML(a, "http://"+ln.Addr().String(), limits))
-			edgeCfg := edgeYAML(a, limits)
-			if transport == "udp" {
-				edgeCfg = udpEdgeYAML(a, a.Tunnel, "") + limits
-			}
-			startGateway(t, a.EdgeAdmin, edgeCfg)
+			a := startPairOver(t, transport, url, limits, limits)
 
-			c, err := net.Dial("tcp", a.Edge)
-			require.NoError(t, err)
-			defer c.Close()
-			require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
-			big := strings.Repeat("<x/>", 1<<20) // 4 MiB, far more than the sockets hold
-			sent := make(chan error, 1)
-			go func() {
-				_, err := fmt.Fprintf(c, "POST /big HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:put\"\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
-				sent <- err
-			}()
+			c, sent := sendLarge(t, a.Edge, "/big", strings.Repeat("<x/>", 1<<20)) // 4 MiB, far more than the sockets hold
 			br := bufio.NewReader(c)
-			start := time.Now()
 			resp, err := frReadResponse(br)
 			require.NoError(t, err, "no answer to the large request")
-			answered()
-			t.Logf("answer after %v", time.Since(start))
+			answer0()
 			require.Equal(t, 413, resp.Status, resp.String())
 			require.Equal(t, "<h1>body too large</h1>", string(resp.Body))
 			require.Equal(t, "text/html", resp.Get("Content-Type"))
 			require.NoError(t, <-sent, "the client's request was not taken whole")
 
-			_, err = fmt.Fprintf(c, "POST /small HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:put\"\r\nContent-Length: %d\r\n\r\n%s", len(smallBody), smallBody)
+			_, err = c.Write(frSoapRequest("svc", "/small", false, smallBody))
 			require.NoError(t, err)
 			resp, err = frReadResponse(br)
 			require.NoError(t, err, "no answer to the next call on the same connection")
 			require.Equal(t, 200, resp.Status, resp.String())
 			require.Equal(t, "<a/>", string(resp.Body))
 		})
+	}
+}
+
+// readRawRequestHead reads a request's head (request line and fields) and returns it.
+func readRawRequestHead(br *bufio.Reader) (string, error) {
+	var head strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		head.WriteString(line)
+		if line == "\r\n" {
+			return head.String(), nil
+		}
 	}
 }
 
@@ -119,29 +116,14 @@ func TestEarlyFault(t *testing.T) {
 	for _, transport := range []string{"tcp", "udp"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			a := newPairAddrs(t)
 			limits := "limits:\n  max_request_bytes: 8MiB\n"
-			startGateway(t, a.OriginAdmin, originYAML(a, down, limits))
-			edgeCfg := edgeYAML(a, limits)
-			if transport == "udp" {
-				edgeCfg = udpEdgeYAML(a, a.Tunnel, "") + limits
-			}
-			startGateway(t, a.EdgeAdmin, edgeCfg)
-			big := strings.Repeat("<x/>", 1<<20)
+			a := startPairOver(t, transport, down, limits, limits)
 			for range 3 {
-				c, err := net.Dial("tcp", a.Edge)
-				require.NoError(t, err)
-				require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
-				sent := make(chan error, 1)
-				go func() {
-					_, err := fmt.Fprintf(c, "POST /svc HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:put\"\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
-					sent <- err
-				}()
+				c, sent := sendLarge(t, a.Edge, "/svc", strings.Repeat("<x/>", 1<<20))
 				resp, err := frReadResponse(bufio.NewReader(c))
 				require.NoError(t, err)
 				require.Equal(t, "upstream_unreachable", resp.Get("X-Soapgw-Error"), resp.String())
 				require.NoError(t, <-sent, "the client's request was not taken whole")
-				_ = c.Close()
 			}
 		})
 	}
@@ -155,53 +137,18 @@ func TestStalledUpstreamTimesOut(t *testing.T) {
 	for _, transport := range []string{"tcp", "udp"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			require.NoError(t, err)
-			release := make(chan struct{})
-			var once sync.Once
-			faulted := func() { once.Do(func() { close(release) }) }
-			var wg sync.WaitGroup
-			t.Cleanup(func() { _ = ln.Close(); faulted(); wg.Wait() })
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						defer c.Close()
-						_ = c.SetDeadline(time.Now().Add(time.Minute))
-						var b [1]byte
-						_, _ = c.Read(b[:])
-						<-release // read nothing more until the client has its fault
-						_, _ = io.Copy(io.Discard, c)
-					}()
-				}
-			}()
-			a := newPairAddrs(t)
-			startGateway(t, a.OriginAdmin, originYAML(a, "http://"+ln.Addr().String(), "limits:\n  exchange_timeout: 1s\n"))
-			edgeCfg := edgeYAML(a, "")
-			if transport == "udp" {
-				edgeCfg = udpEdgeYAML(a, a.Tunnel, "")
-			}
-			startGateway(t, a.EdgeAdmin, edgeCfg)
-			c, err := net.Dial("tcp", a.Edge)
-			require.NoError(t, err)
-			defer c.Close()
-			require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
-			big := strings.Repeat("<x/>", 6<<20) // 24 MiB: more than the tunnels' windows and the sockets hold
-			sent := make(chan error, 1)
-			go func() {
-				_, err := fmt.Fprintf(c, "POST /svc HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:put\"\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
-				sent <- err
-			}()
+			faulted, fault0 := testutil.Gate()
+			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
+				_, _ = br.ReadByte()
+				<-faulted // read nothing more until the client has its fault
+				_, _ = io.Copy(io.Discard, br)
+			}, fault0)
+			a := startPairOver(t, transport, url, "limits:\n  exchange_timeout: 1s\n", "")
+			// 24 MiB: more than the tunnels' windows and the sockets hold.
+			c, sent := sendLarge(t, a.Edge, "/svc", strings.Repeat("<x/>", 6<<20))
 			resp, err := frReadResponse(bufio.NewReader(c))
 			require.NoError(t, err)
-			faulted()
+			fault0()
 			require.Equal(t, "timeout", resp.Get("X-Soapgw-Error"), resp.String())
 			require.NoError(t, <-sent, "the client's request was not taken whole")
 		})

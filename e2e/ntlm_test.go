@@ -2,72 +2,14 @@ package e2e
 
 import (
 	"bufio"
-	"fmt"
-	"io"
 	"net"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// startNTLMServer is a server that authenticates connections the way IIS runs NTLM:
-// "Authorization: NTLM T1" gets a challenge, "NTLM T3-<user>" on the same connection
-// after it authenticates the connection, and later requests on it run as that user with
-// or without credentials. Anything else gets a 401 NTLM challenge.
-func startNTLMServer(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(time.Minute))
-				br := bufio.NewReader(c)
-				user, challenged := "", false
-				for {
-					req, err := readRawRequest(br)
-					if err != nil {
-						return
-					}
-					auth := req.Header("Authorization")
-					answer := "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM\r\nContent-Length: 0\r\n\r\n"
-					switch {
-					case auth == "NTLM T1":
-						user, challenged = "", true
-						answer = "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM CHALLENGE\r\nContent-Length: 0\r\n\r\n"
-					case strings.HasPrefix(auth, "NTLM T3-") && challenged:
-						user, challenged = strings.TrimPrefix(auth, "NTLM T3-"), false
-					case auth == "" && user != "":
-					default:
-						user, challenged = "", false
-					}
-					if user != "" {
-						body := "<hello>" + user + "</hello>"
-						answer = "HTTP/1.1 200 OK\r\nContent-Type: text/xml\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-					}
-					if _, err := io.WriteString(c, answer); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return "http://" + ln.Addr().String()
-}
+	"github.com/soapgw/soapgw/internal/testutil"
+)
 
 // TestNTLMThroughThePair: each client connection completes its own NTLM handshake through
 // the gateways (built binaries, both tunnels, the origin's default pool of upstream
@@ -77,13 +19,7 @@ func TestNTLMThroughThePair(t *testing.T) {
 	for _, transport := range []string{"tcp", "udp"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			a := newPairAddrs(t)
-			startGateway(t, a.OriginAdmin, originYAML(a, startNTLMServer(t), ""))
-			edgeCfg := edgeYAML(a, "")
-			if transport == "udp" {
-				edgeCfg = udpEdgeYAML(a, a.Tunnel, "")
-			}
-			startGateway(t, a.EdgeAdmin, edgeCfg)
+			a := startPairOver(t, transport, "http://"+testutil.NTLMServer(t), "", "")
 
 			type conn struct {
 				c  net.Conn
@@ -98,12 +34,11 @@ func TestNTLMThroughThePair(t *testing.T) {
 			}
 			call := func(cn *conn, auth string) (int, string) {
 				t.Helper()
-				extra := ""
+				var extra []string
 				if auth != "" {
-					extra = "Authorization: " + auth + "\r\n"
+					extra = append(extra, "Authorization: "+auth)
 				}
-				body := `<soap:Envelope xmlns:soap="http://schemas.xmlsoap.org/soap/envelope/"><soap:Body><who xmlns="urn:t"/></soap:Body></soap:Envelope>`
-				_, err := fmt.Fprintf(cn.c, "POST /svc HTTP/1.1\r\nHost: svc\r\nContent-Type: text/xml; charset=utf-8\r\nSOAPAction: \"urn:who\"\r\n%sContent-Length: %d\r\n\r\n%s", extra, len(body), body)
+				_, err := cn.c.Write(frSoapRequest("svc", "/svc", false, smallBody, extra...))
 				require.NoError(t, err)
 				resp, err := frReadResponse(cn.br)
 				require.NoError(t, err)

@@ -161,16 +161,6 @@ func (r *taRelay) recorded(i int) (up, down []byte) {
 	return bytes.Clone(rc.up), bytes.Clone(rc.down)
 }
 
-// recordedAll is every byte recorded in either direction, connection by connection.
-func (r *taRelay) recordedAll() []byte {
-	var all []byte
-	for i := range r.accepted() {
-		up, down := r.recorded(i)
-		all = append(append(all, up...), down...)
-	}
-	return all
-}
-
 func (r *taRelay) close() {
 	r.mu.Lock()
 	r.closed = true

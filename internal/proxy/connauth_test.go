@@ -6,14 +6,14 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/internal/testutil"
 )
 
 func TestConnectionAuth(t *testing.T) {
@@ -46,53 +46,6 @@ func TestConnectionAuth(t *testing.T) {
 	}
 }
 
-// ntlmUpstream authenticates connections the way IIS runs NTLM: "Authorization: NTLM T1"
-// gets a challenge, and "Authorization: NTLM T3-<user>" on the same connection after it
-// authenticates the connection; every later request on it runs as that user, credentials
-// or not. Anything else gets a 401 challenge for NTLM.
-func ntlmUpstream(t *testing.T) string {
-	return answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
-		user, challenged := "", false
-		for {
-			head, err := readUntil(br, "\r\n\r\n")
-			if err != nil {
-				return
-			}
-			n, auth := 0, ""
-			for _, line := range strings.Split(head, "\r\n") {
-				name, v, _ := strings.Cut(line, ":")
-				switch strings.ToLower(name) {
-				case "content-length":
-					n, _ = strconv.Atoi(strings.TrimSpace(v))
-				case "authorization":
-					auth = strings.TrimSpace(v)
-				}
-			}
-			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
-				return
-			}
-			answer := "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM\r\nContent-Length: 0\r\n\r\n"
-			switch {
-			case auth == "NTLM T1":
-				user, challenged = "", true
-				answer = "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: NTLM CHALLENGE\r\nContent-Length: 0\r\n\r\n"
-			case strings.HasPrefix(auth, "NTLM T3-") && challenged:
-				user, challenged = strings.TrimPrefix(auth, "NTLM T3-"), false
-			case auth == "" && user != "":
-			default:
-				user, challenged = "", false
-			}
-			if user != "" {
-				body := "hello " + user
-				answer = "HTTP/1.1 200 OK\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
-			}
-			if _, err := io.WriteString(conn, answer); err != nil {
-				return
-			}
-		}
-	})
-}
-
 // call sends a SOAP request with an optional Authorization and returns the status and body.
 func (c *client) call(auth string) (int, string) {
 	c.t.Helper()
@@ -111,7 +64,7 @@ func (c *client) call(auth string) (int, string) {
 // credentials never runs as another's user, although the origin pools upstream
 // connections.
 func TestConnectionAuthHandshakePerClient(t *testing.T) {
-	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: ntlmUpstream(t), PoolSize: 4, IdleTimeout: time.Minute}}})
+	env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: testutil.NTLMServer(t), PoolSize: 4, IdleTimeout: time.Minute}}})
 	handshake := func(c *client, user string) {
 		t.Helper()
 		st, _ := c.call("")
@@ -120,7 +73,7 @@ func TestConnectionAuthHandshakePerClient(t *testing.T) {
 		require.Equal(t, 401, st)
 		st, body := c.call("NTLM T3-" + user)
 		require.Equal(t, 200, st, "the handshake's last leg did not reach the connection that had its challenge")
-		require.Equal(t, "hello "+user, body)
+		require.Equal(t, "<hello>"+user+"</hello>", body)
 	}
 	alice, bob, eve := env.dial(), env.dial(), env.dial()
 	handshake(alice, "alice")
@@ -133,7 +86,7 @@ func TestConnectionAuthHandshakePerClient(t *testing.T) {
 		for _, c := range []struct {
 			cl   *client
 			want string
-		}{{alice, "hello alice"}, {bob, "hello bob"}} {
+		}{{alice, "<hello>alice</hello>"}, {bob, "<hello>bob</hello>"}} {
 			st, body := c.cl.call("")
 			require.Equal(t, 200, st)
 			require.Equal(t, c.want, body)
@@ -182,7 +135,7 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 		p.pin("k"+strconv.Itoa(i), uc)
 	}
 	require.Len(t, p.pins, maxPinnedConns)
-	require.Equal(t, float64(maxPinnedConns), testutil.ToFloat64(m.pinnedConns.WithLabelValues("up")))
+	require.Equal(t, float64(maxPinnedConns), promtest.ToFloat64(m.pinnedConns.WithLabelValues("up")))
 	require.True(t, closed(peers[maxPinnedConns]), "a pin past the bound was kept")
 
 	uc, peer := conn()
@@ -193,7 +146,7 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 
 	p.closeIdle()
 	require.Empty(t, p.pins)
-	require.Zero(t, testutil.ToFloat64(m.pinnedConns.WithLabelValues("up")))
+	require.Zero(t, promtest.ToFloat64(m.pinnedConns.WithLabelValues("up")))
 	require.True(t, closed(peers[1]))
 
 	idle := &upstreamPool{up: Upstream{IdleTimeout: time.Nanosecond}}

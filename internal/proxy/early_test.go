@@ -6,40 +6,14 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
+	"github.com/soapgw/soapgw/internal/testutil"
 )
-
-// answeringUpstream serves every connection it accepts with serve (closed after it).
-func answeringUpstream(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(2 * testDeadline))
-				serve(c, bufio.NewReader(c))
-			}()
-		}
-	}()
-	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
-	return ln.Addr().String()
-}
 
 // readFinal reads responses on the client's connection until a final one.
 func (c *client) readFinal(method string) (*httpwire.Response, []byte) {
@@ -74,8 +48,8 @@ func TestEarlyAnswerReachesTheClient(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			closed := make(chan struct{}, 1)
-			release := make(chan struct{})
-			addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+			release, answered := testutil.Gate()
+			addr := testutil.RawServer(t, func(conn net.Conn, br *bufio.Reader) {
 				head, err := readUntil(br, "\r\n\r\n")
 				if err != nil {
 					return
@@ -91,10 +65,7 @@ func TestEarlyAnswerReachesTheClient(t *testing.T) {
 				if _, err := io.Copy(io.Discard, br); err == nil {
 					closed <- struct{}{} // EOF: the origin closed the connection
 				}
-			})
-			var once sync.Once
-			answered := func() { once.Do(func() { close(release) }) }
-			t.Cleanup(answered) // before the upstream's cleanup waits for its handler
+			}, answered)
 			ups := []Upstream{{Name: "up", Address: addr, Chunked: c.streams}}
 			lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
 			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
@@ -134,7 +105,7 @@ func TestEarlyAnswerReachesTheClient(t *testing.T) {
 func TestEarlyAnswerSkipsInterimResponses(t *testing.T) {
 	big := strings.Repeat("<y/>", 1<<19) // 2 MiB
 	got := make(chan int, 1)
-	addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+	addr := testutil.RawServer(t, func(conn net.Conn, br *bufio.Reader) {
 		head, err := readUntil(br, "\r\n\r\n")
 		if err != nil || !strings.Contains(strings.ToLower(head), "expect: 100-continue") {
 			got <- -1
@@ -203,7 +174,7 @@ func TestOriginFaultBeforeTheRequestEnded(t *testing.T) {
 // does not stop the request's write, or the server would wait for the rest forever.
 func TestEarlyAnswerLetsAServerReadOn(t *testing.T) {
 	big := strings.Repeat("<z/>", 1<<20) // 4 MiB
-	addr := answeringUpstream(t, func(conn net.Conn, br *bufio.Reader) {
+	addr := testutil.RawServer(t, func(conn net.Conn, br *bufio.Reader) {
 		if _, err := readUntil(br, "\r\n\r\n"); err != nil {
 			return
 		}

@@ -1,5 +1,6 @@
 // Package testutil holds helpers shared by tests of several packages: connected pairs of
-// transport connections (TCP loopback, TLS). It is imported only by _test.go files.
+// transport connections (TCP loopback, TLS), and HTTP servers written byte by byte whose
+// behaviour is the point of a test (server.go). It is imported only by _test.go files.
 package testutil
 
 import (
