@@ -69,11 +69,13 @@ const affinitySep = "~"
 var affinityCounter atomic.Uint64
 
 // affine returns id tagged with the client connection's affinity key: when the
-// connection has one, or when req starts a connection-bound authentication (then the
-// connection gets its key now).
-func (cc *clientConn) affine(id string, req httpwire.Header) string {
+// connection has one, or when req starts a connection-bound authentication on a
+// connection that stays open after it (then the connection gets its key now; a client
+// that closes after each call, HTTP/1.0 style, could never use a pinned connection again,
+// which would only sit idle at the upstream).
+func (cc *clientConn) affine(id string, req *httpwire.Request) string {
 	if cc.affinity == "" {
-		if !connectionAuth(req, nil) {
+		if req.Close || !connectionAuth(req.Header, nil) {
 			return id
 		}
 		cc.affinity = "c" + strconv.FormatUint(affinityCounter.Add(1), 10)

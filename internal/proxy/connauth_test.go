@@ -157,3 +157,24 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 	require.True(t, closed(oldPeer), "a pin idle past the upstream's idle timeout was kept")
 	require.Nil(t, idle.takePinned("old"))
 }
+
+// A client that closes its connection after the call gets no affinity key: its pinned
+// connection could never be used again.
+func TestAffinityOnlyForConnectionsThatStay(t *testing.T) {
+	auth := httpwire.Header{{Name: "Authorization", Value: "Negotiate YIIG"}}
+	for _, c := range []struct {
+		name   string
+		req    *httpwire.Request
+		tagged bool
+	}{
+		{"keep-alive with credentials", &httpwire.Request{Header: auth}, true},
+		{"closing with credentials", &httpwire.Request{Header: auth, Close: true}, false},
+		{"keep-alive without", &httpwire.Request{}, false},
+	} {
+		cc := &clientConn{}
+		id := cc.affine("8a3f00c1-1", c.req)
+		require.Equal(t, c.tagged, affinityKey(id) != "", c.name)
+	}
+	cc := &clientConn{affinity: "c9"} // a key from an earlier call stays for the connection's last one
+	require.Equal(t, "8a3f00c1-2~c9", cc.affine("8a3f00c1-2", &httpwire.Request{Close: true}))
+}

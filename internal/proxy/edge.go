@@ -466,7 +466,7 @@ func (x *exchange) sendFault(ge *gatewayError, close bool) {
 func (e *Edge) exchange(cc *clientConn, bw *bufio.Writer, req *httpwire.Request, listener string, start, deadline time.Time) bool {
 	x := &exchange{
 		e: e, cc: cc, bw: bw, req: req,
-		id:    cc.affine(newExchangeID(), req.Header),
+		id:    cc.affine(newExchangeID(), req),
 		sv:    soapVersionOf(req.Header),
 		op:    operationOf(req.Header, nil),
 		start: start, deadline: deadline,
