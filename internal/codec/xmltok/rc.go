@@ -279,6 +279,14 @@ func (c *coder) treeDec(p []prob, n int, node uint32) uint32 {
 	return node
 }
 
+// flatStep is the branchless step treeEncFlat and treeDecFlat share, for a bit given as
+// one (all ones for a 1, zero for a 0) whose probability *pp was pv: it adapts *pp to the
+// bit and returns the new range (bound for a 0, rng-bound for a 1).
+func flatStep(pp *prob, pv, bound, rng, one uint32) uint32 {
+	*pp += prob(int32((probOne-pv)>>moveBits)&^int32(one) - int32(pv>>moveBits)&int32(one))
+	return bound&^one | (rng-bound)&one
+}
+
 // treeEncFlat is treeEnc without branches on the bits, for the same bits as treeDecFlat.
 func (c *coder) treeEncFlat(p []prob, n int, node, v uint32) {
 	rng, low := c.rng, c.low
@@ -289,8 +297,7 @@ func (c *coder) treeEncFlat(p []prob, n int, node, v uint32) {
 		pv := uint32(int32(*pp) + probHalf)
 		bound := (rng >> probBits) * pv
 		low += uint64(bound & one)
-		rng = bound&^one | (rng-bound)&one
-		*pp += prob(int32((probOne-pv)>>moveBits)&^int32(one) - int32(pv>>moveBits)&int32(one))
+		rng = flatStep(pp, pv, bound, rng, one)
 		for rng < rcTop {
 			rng <<= 8
 			c.low = low
@@ -313,8 +320,7 @@ func (c *coder) treeDecFlat(p []prob, n int, node uint32) uint32 {
 		bound := (rng >> probBits) * pv
 		one := uint32(^((int64(code) - int64(bound)) >> 63)) // all ones for a 1 bit
 		code -= bound & one
-		rng = bound&^one | (rng-bound)&one
-		*pp += prob(int32((probOne-pv)>>moveBits)&^int32(one) - int32(pv>>moveBits)&int32(one))
+		rng = flatStep(pp, pv, bound, rng, one)
 		node = node<<1 | one&1
 		for rng < rcTop {
 			rng <<= 8
