@@ -26,6 +26,27 @@ func (c *client) readFinal(method string) (*httpwire.Response, []byte) {
 	}
 }
 
+// largeEnv is a pair for requests of megabytes: the edge routes to ups, the origin has
+// originUps (nil: ups), both take bodies of up to 8 MiB, and the origin gives up on a
+// stalled exchange after 20 s (the client waits testDeadline).
+func largeEnv(t *testing.T, ups, originUps []Upstream) *testEnv {
+	if originUps == nil {
+		originUps = ups
+	}
+	lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second}
+	env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
+	require.NoError(t, env.origin.Reconfigure(originUps, lim))
+	return env
+}
+
+// sendAsync writes raw from a goroutine (the gateways may answer before they have read
+// it) and returns the write's result.
+func (c *client) sendAsync(raw string) <-chan error {
+	sent := make(chan error, 1)
+	go func() { _, err := io.WriteString(c.c, raw); sent <- err }()
+	return sent
+}
+
 // An upstream that answers a large request before reading it (a server's body limit: 413)
 // and never reads the rest: the client gets that answer byte for byte at once, not a
 // timeout fault after limits.exchange_timeout with the answer lost, and its connection
@@ -66,17 +87,13 @@ func TestEarlyAnswerReachesTheClient(t *testing.T) {
 					closed <- struct{}{} // EOF: the origin closed the connection
 				}
 			}, answered)
-			ups := []Upstream{{Name: "up", Address: addr, Chunked: c.streams}}
-			lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
-			env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
-			require.NoError(t, env.origin.Reconfigure(ups, lim))
+			env := largeEnv(t, []Upstream{{Name: "up", Address: addr, Chunked: c.streams}}, nil)
 			cl := env.dial()
 			raw := soapRequest(1, "/svc", "", big)
 			if c.chunked {
 				raw, _ = chunkedClientRequest("/svc", big[:1<<21], big[1<<21:])
 			}
-			sent := make(chan error, 1)
-			go func() { _, err := io.WriteString(cl.c, raw); sent <- err }()
+			sent := cl.sendAsync(raw)
 
 			resp, body := cl.readFinal("POST")
 			answered()
@@ -119,16 +136,8 @@ func TestEarlyAnswerSkipsInterimResponses(t *testing.T) {
 		_, _ = io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(len("read it all"))+"\r\n\r\nread it all")
 		_, _ = readUntil(br, "never")
 	})
-	ups := []Upstream{{Name: "up", Address: addr}}
-	lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
-	env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
-	require.NoError(t, env.origin.Reconfigure(ups, lim))
-	cl := env.dial()
-	sent := make(chan error, 1)
-	go func() {
-		_, err := io.WriteString(cl.c, soapRequest(1, "/svc", "Expect: 100-continue\r\n", big))
-		sent <- err
-	}()
+	cl := largeEnv(t, []Upstream{{Name: "up", Address: addr}}, nil).dial()
+	sent := cl.sendAsync(soapRequest(1, "/svc", "Expect: 100-continue\r\n", big))
 	resp, body := cl.readFinal("POST")
 	require.Equal(t, len(big), <-got, "the upstream did not get the whole body")
 	require.Equal(t, 200, resp.StatusCode)
@@ -154,13 +163,10 @@ func TestOriginFaultBeforeTheRequestEnded(t *testing.T) {
 		{"unknown upstream", []Upstream{{Name: "other", Address: down}}, causeUnknownUpstream},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lim := Limits{MaxRequestBytes: 8 << 20}
-			env := newEnv(t, envConfig{Upstreams: []Upstream{{Name: "up", Address: down}}, EdgeLimits: lim})
-			require.NoError(t, env.origin.Reconfigure(c.origin, lim))
+			env := largeEnv(t, []Upstream{{Name: "up", Address: down}}, c.origin)
 			for range 3 {
 				cl := env.dial()
-				sent := make(chan error, 1)
-				go func() { _, err := io.WriteString(cl.c, soapRequest(1, "/svc", "", big)); sent <- err }()
+				sent := cl.sendAsync(soapRequest(1, "/svc", "", big))
 				f := cl.readFault()
 				require.Equal(t, c.cause, f.cause, f.text)
 				require.NoError(t, <-sent, "the client's request was not taken whole")
@@ -184,13 +190,8 @@ func TestEarlyAnswerLetsAServerReadOn(t *testing.T) {
 		_, _ = io.WriteString(conn, strconv.FormatInt(int64(len(msg)), 16)+"\r\n"+msg+"\r\n0\r\n\r\n")
 		_, _ = readUntil(br, "never")
 	})
-	ups := []Upstream{{Name: "up", Address: addr}}
-	lim := Limits{MaxRequestBytes: 8 << 20, ExchangeTimeout: 20 * time.Second} // the client waits testDeadline
-	env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: lim})
-	require.NoError(t, env.origin.Reconfigure(ups, lim))
-	cl := env.dial()
-	sent := make(chan error, 1)
-	go func() { _, err := io.WriteString(cl.c, soapRequest(1, "/svc", "", big)); sent <- err }()
+	cl := largeEnv(t, []Upstream{{Name: "up", Address: addr}}, nil).dial()
+	sent := cl.sendAsync(soapRequest(1, "/svc", "", big))
 	resp, body := cl.readFinal("POST")
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, "read "+strconv.Itoa(len(big)), string(body))
@@ -206,8 +207,7 @@ func TestEdgeFaultLingers(t *testing.T) {
 	big := strings.Repeat("<x/>", 1<<20) // 4 MiB
 	for range 3 {
 		cl := env.dial()
-		sent := make(chan error, 1)
-		go func() { _, err := io.WriteString(cl.c, soapRequest(1, "/svc", "", big)); sent <- err }()
+		sent := cl.sendAsync(soapRequest(1, "/svc", "", big))
 		f := cl.readFault()
 		require.Equal(t, causeTooLarge, f.cause)
 		require.True(t, f.resp.Close)
