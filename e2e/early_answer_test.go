@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -38,6 +39,9 @@ func sendLarge(t *testing.T, edge, path, body string) (net.Conn, <-chan error) {
 	return c, sent
 }
 
+// early413 is a server's answer to a request over its body limit, sent before the body.
+const early413 = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/html\r\nContent-Length: 23\r\nConnection: close\r\n\r\n<h1>body too large</h1>"
+
 // TestEarlyAnswer: a server that answers a large request before it has read it (a body
 // limit's 413; also 401, 503) and then reads no more. Through both tunnels, with the
 // gateways' default limits, the client gets the server's answer byte for byte at once,
@@ -48,7 +52,6 @@ func TestEarlyAnswer(t *testing.T) {
 	for _, transport := range []string{"tcp", "udp"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			const answer = "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/html\r\nContent-Length: 23\r\nConnection: close\r\n\r\n<h1>body too large</h1>"
 			answered, answer0 := testutil.Gate()
 			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
 				req, err := readRawRequestHead(br)
@@ -56,7 +59,7 @@ func TestEarlyAnswer(t *testing.T) {
 					return
 				}
 				if strings.HasPrefix(req, "POST /big ") {
-					_, _ = io.WriteString(c, answer)
+					_, _ = io.WriteString(c, early413)
 					<-answered
 					_, _ = io.Copy(io.Discard, br) // until the origin closes
 					return
@@ -84,6 +87,57 @@ func TestEarlyAnswer(t *testing.T) {
 			require.NoError(t, err, "no answer to the next call on the same connection")
 			require.Equal(t, 200, resp.Status, resp.String())
 			require.Equal(t, "<a/>", string(resp.Body))
+		})
+	}
+}
+
+// TestEarlyAnswerPastTheDrain: as TestEarlyAnswer, with a request so large (200 MiB) that
+// the origin stops reading it: it drains at most 64 MiB after the answer, then resets the
+// stream. The answer was sent whole before that reset; through both tunnels the client
+// gets it byte for byte, and then its connection closes (the rest of its request was
+// never read). Before, the edge's failed write ended the call with tunnel_lost.
+func TestEarlyAnswerPastTheDrain(t *testing.T) {
+	for _, transport := range []string{"tcp", "udp"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			answered, answer0 := testutil.Gate()
+			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
+				if _, err := readRawRequestHead(br); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, early413)
+				<-answered // reads nothing more until the test has its answer
+			}, answer0)
+			limits := "limits:\n  max_request_bytes: 256MiB\n"
+			a := startPairOver(t, transport, url, limits, limits)
+
+			c, err := net.Dial("tcp", a.Edge)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second)))
+			const size = 200 << 20
+			go func() { // the client sends until the edge stops taking it
+				head := frSoapRequest("svc", "/big", false, "")
+				head = append(head[:len(head)-len("0\r\n\r\n")], fmt.Sprintf("%d\r\n\r\n", size)...)
+				if _, err := c.Write(head); err != nil {
+					return
+				}
+				chunk := []byte(strings.Repeat("<x/>", 1<<18)) // 1 MiB
+				for range size / len(chunk) {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+			br := bufio.NewReader(c)
+			resp, err := frReadResponse(br)
+			require.NoError(t, err, "no answer to the large request")
+			answer0()
+			require.Equal(t, 413, resp.Status, resp.String())
+			require.Equal(t, "<h1>body too large</h1>", string(resp.Body))
+			require.Equal(t, "close", resp.Get("Connection"), "the request was not read whole: the connection cannot carry another")
+			_, err = br.ReadByte()
+			require.Error(t, err, "the edge kept a connection whose request it did not read")
 		})
 	}
 }

@@ -650,7 +650,8 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 		}
 	}()
 	for attempt := 0; attempt < len(hooks); attempt++ {
-		var err error
+		var err, writeErr error
+		cutShort := false // the origin stopped reading the request before its end
 		st, err = open.OpenStream(ctx)
 		if err != nil {
 			if x.clientWentAway(ctx) {
@@ -694,15 +695,23 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 				return nil, nil, nil, nil, false
 			case err == nil:
 				x.startWatch()
+			case isResetByPeer(err):
+				// The origin stopped taking the request: the server (or the origin)
+				// answered before its end and the origin drained what it may
+				// (early.go, discardRefused). That answer may be waiting on the stream.
+				cutShort, writeErr, err = true, err, nil
 			}
 		}
+		var rs *resumer
 		if err == nil || isRequestEnd(err) {
-			// The whole request is with the tunnel: from here a failure may come after
-			// the origin has it, so the response is read through a resumer, which
-			// collects it on another connection if this one dies (resume.go).
-			rs := newResumer(ctx, x.id, opener, st, e.m.held)
-			rs.deadline, rs.broken, rs.clock = x.deadline, err, x.clock
-			st, err = rs, nil
+			if !cutShort {
+				// The whole request is with the tunnel: from here a failure may come
+				// after the origin has it, so the response is read through a resumer,
+				// which collects it on another connection if this one dies (resume.go).
+				rs = newResumer(ctx, x.id, opener, st, e.m.held)
+				rs.deadline, rs.broken, rs.clock = x.deadline, err, x.clock
+				st, err = rs, nil
+			}
 			sbr = readerPool.Get().(*bufio.Reader)
 			sbr.Reset(st)
 			maxHead := e.limits().MaxHeaderBytes + 4096
@@ -715,7 +724,9 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 				// The response comes over the other tunnel (resumer.divert), and the
 				// operation's next calls go there at once (divert.go).
 				e.large.noteDiverted(peer, x.op)
-				if err = rs.divert(opener); err == nil {
+				if rs == nil {
+					err = writeErr // cut short: there is no exchange to collect elsewhere
+				} else if err = rs.divert(opener); err == nil {
 					sbr.Reset(rs)
 					if head, err = readHead(sbr, maxHead); err == nil {
 						resp, gwErr, err = envelope.ParseResponse(head)
@@ -724,11 +735,19 @@ func (e *Edge) roundTrip(ctx context.Context, x *exchange, msg []byte, replayabl
 			case err == nil && gwErr == nil && other && resp.ContentLength >= 0 && resp.ContentLength < divertMinBytes:
 				e.large.forget(peer, x.op) // sent over the other tunnel for nothing
 			}
+			if err == nil && cutShort {
+				// Relayed, and then the connection ends: the rest of the client's
+				// request was never read (lingerClose takes what it still sends).
+				x.req.Close, x.cc.linger = true, true
+			}
 			if err == nil {
 				return st, sbr, resp, gwErr, true
 			}
 			sbr.Reset(nil)
 			readerPool.Put(sbr)
+			if cutShort {
+				err = writeErr // no answer came: the reset is what failed
+			}
 		}
 		_ = st.Close()
 		lastErr = err
@@ -983,6 +1002,13 @@ func abort(c net.Conn) {
 func isRetryable(err error) bool {
 	var r interface{ Retryable() bool }
 	return errors.As(err, &r) && r.Retryable()
+}
+
+// isResetByPeer reports whether the other gateway reset the exchange's stream (it
+// abandoned the exchange, or stopped reading a request it had answered).
+func isResetByPeer(err error) bool {
+	var r interface{ ResetByPeer() bool }
+	return errors.As(err, &r) && r.ResetByPeer()
 }
 
 func isTimeout(err error) bool {

@@ -130,7 +130,7 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	// answer: the client would get tunnel_lost instead of, say, upstream_down or the
 	// server's 413. So the rest is read and dropped first (after every other deferred
 	// step; one read that finds the end when the request was read whole).
-	defer discardRefused(sbr)
+	defer discardRefused(tunnelSt, sbr)
 
 	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
 	if kind, _ := envelope.KindOf(head); err == nil && kind == envelope.KindResume {
@@ -370,12 +370,34 @@ func (o *Origin) tooLarge(st Stream, x *originExchange, err error) {
 
 // discardRefused reads and drops what the edge still sends of a request (up to
 // maxRefusedDrain, within the exchange's progress clock; at once when the stream has
-// failed or the request was read whole). The first read needs no buffer of its own.
-func discardRefused(body *bufio.Reader) {
+// failed or the request was read whole). The first read needs no buffer of its own. When
+// the bound ends it, the stream's Close resets a request still coming: the answer must
+// have left first (awaitSent), and the edge reads it after its write fails.
+func discardRefused(st Stream, body *bufio.Reader) {
 	if _, err := body.Peek(1); err != nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, body, maxRefusedDrain)
+	if n, _ := io.CopyN(io.Discard, body, maxRefusedDrain); n == maxRefusedDrain {
+		awaitSent(st, faultWriteTimeout)
+	}
+}
+
+// awaitSent waits, at most d, until st's outgoing message has left for the peer, on a
+// stream that can tell (the TCP tunnel's, where a reset queued after the message's last
+// frames would overtake them; a QUIC stream's two directions end independently).
+func awaitSent(st Stream, d time.Duration) {
+	as, ok := st.(interface{ AfterSent(func()) })
+	if !ok {
+		return
+	}
+	sent := make(chan struct{})
+	as.AfterSent(func() { close(sent) })
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-sent:
+	case <-t.C:
+	}
 }
 
 // maxRefusedDrain bounds what the origin reads and discards of a refused request body.

@@ -868,8 +868,10 @@ func (st *Stream) fail(err error, sendRST bool) {
 	st.mu.Lock()
 	// A message that arrived whole stays readable when the connection is lost after it:
 	// the edge has its response (and the origin may have forgotten its copy once the
-	// edge's session acknowledged decoding it: AfterDelivered).
-	whole := st.rdone && errors.Is(err, ErrSessionClosed)
+	// edge's session acknowledged decoding it: AfterDelivered). At the edge it also stays
+	// when the origin resets the stream after it: the origin stops reading a request the
+	// server answered early (the edge's write fails, and it reads the answer).
+	whole := st.rdone && (errors.Is(err, ErrSessionClosed) || st.s.client && isPeerReset(err))
 	if st.rerr == nil && !whole && !(st.rdone && len(st.chunks) == 0 && isPeerReset(err)) {
 		st.rerr = err
 	}

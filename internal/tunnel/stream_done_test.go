@@ -133,3 +133,76 @@ func TestStreamPeerInstance(t *testing.T) {
 	defer ss.Close()
 	require.Equal(t, "", ss.PeerInstance())
 }
+
+// TestAnswerOutlivesThePeersReset: the origin answers a request it has not read whole
+// (the server answered early), then closes the stream, which resets it. The edge's next
+// write fails with a reset by the peer, and the answer, which arrived whole before the
+// reset, still reads byte for byte. At the origin a request the edge reset is not kept:
+// the edge abandoned it.
+func TestAnswerOutlivesThePeersReset(t *testing.T) {
+	testConnTypes(t, func(t *testing.T, pair connPair) {
+		c, s := sessionPair(t, pair, nil, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+
+		cst, err := c.OpenStream(ctx)
+		require.NoError(t, err)
+		defer cst.Close()
+		_, err = cst.Write(make([]byte, 100<<10)) // more than one DATA frame
+		require.NoError(t, err)
+		require.NoError(t, cst.Flush())
+		sst, err := s.AcceptStream(ctx)
+		require.NoError(t, err)
+		_, err = sst.Read(make([]byte, 10))
+		require.NoError(t, err)
+		_, err = sst.Write([]byte("413 early"))
+		require.NoError(t, err)
+		require.NoError(t, sst.CloseWrite())
+		sent := make(chan struct{})
+		sst.AfterSent(func() { close(sent) })
+		// As the origin waits (proxy.discardRefused): a reset queued sooner overtakes it.
+		<-sent
+		require.NoError(t, sst.Close()) // the request unfinished: RST_STREAM
+
+		var rp interface{ ResetByPeer() bool }
+		for err == nil { // until the reset arrives
+			_, err = cst.Write(make([]byte, 1<<10))
+			if err == nil {
+				err = cst.Flush()
+			}
+		}
+		require.True(t, errors.As(err, &rp) && rp.ResetByPeer(), "the write failed, not by the peer's reset: %v", err)
+		got, err := io.ReadAll(cst)
+		require.NoError(t, err, "the answer that came whole before the reset was dropped")
+		require.Equal(t, "413 early", string(got))
+
+		// The other way: the origin has the whole request unread when the edge resets.
+		cst2, err := c.OpenStream(ctx)
+		require.NoError(t, err)
+		_, err = cst2.Write([]byte("req"))
+		require.NoError(t, err)
+		require.NoError(t, cst2.CloseWrite())
+		sst2, err := s.AcceptStream(ctx)
+		require.NoError(t, err)
+		defer sst2.Close()
+		failed := make(chan struct{})
+		sst2.AfterFail(func() { close(failed) })
+		for { // until the request is there whole
+			sst2.mu.Lock()
+			done := sst2.rdone
+			sst2.mu.Unlock()
+			if done {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("the request never arrived")
+			case <-time.After(time.Millisecond):
+			}
+		}
+		require.NoError(t, cst2.Close())
+		<-failed
+		_, err = io.ReadAll(sst2)
+		require.True(t, errors.As(err, &rp) && rp.ResetByPeer(), "the origin read a request the edge abandoned: %v", err)
+	})
+}

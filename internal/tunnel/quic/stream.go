@@ -958,6 +958,12 @@ func (e *resetError) Retryable() bool {
 	return e.remote && (e.code == codeRefused || e.code == codeCodec)
 }
 
+// ResetByPeer reports whether the peer reset the stream or stopped reading it (a
+// refusal is not that: the peer never took the exchange). A write that fails this way
+// leaves the incoming message readable: the origin stops reading a request whose answer
+// it has sent (an early answer).
+func (e *resetError) ResetByPeer() bool { return e.remote && e.code != codeRefused }
+
 func codeName(c quicgo.StreamErrorCode) string {
 	switch c {
 	case codeCancelled:
