@@ -55,13 +55,13 @@ const (
 // nginx's lingering close, the edge first ends its side (FIN after the fault), then reads
 // and drops what the client still sends until it closes, lingerTimeout passes or
 // maxLingerBytes are read, and only then closes.
-func lingerClose(cc *clientConn) {
-	if hc, ok := cc.Conn.(interface{ CloseWrite() error }); ok {
+func lingerClose(c net.Conn) {
+	if hc, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = hc.CloseWrite()
 	}
-	_ = cc.Conn.SetReadDeadline(time.Now().Add(lingerTimeout))
-	_, _ = io.CopyN(io.Discard, cc.Conn, maxLingerBytes)
-	_ = cc.Conn.Close()
+	_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+	_, _ = io.CopyN(io.Discard, c, maxLingerBytes)
+	_ = c.Close()
 }
 
 // firstPool holds the buffers a request's first bytes are read into: 4 KiB takes a

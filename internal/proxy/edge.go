@@ -198,7 +198,7 @@ func (e *Edge) serveAccepted(c acceptedConn) {
 	defer e.wg.Done()
 	defer func() {
 		if c.cc.linger {
-			lingerClose(c.cc) // still in e.conns: Shutdown's abort ends it early
+			lingerClose(c.cc.Conn) // still in e.conns: Shutdown's abort ends it early
 		}
 		e.mu.Lock()
 		delete(e.conns, c.cc)
@@ -210,9 +210,10 @@ func (e *Edge) serveAccepted(c acceptedConn) {
 }
 
 // refuseConn answers a client connection beyond MaxClientConnections with a Fault (503 in
-// FaultStatusHTTP) and closes it. The answer is written by a goroutine with a short
-// deadline, at most maxRefusing at once (beyond that the connection is just closed), so a
-// flood of connections can neither block the accept loop nor pile up goroutines.
+// FaultStatusHTTP) and closes it, lingering as after any fault that leaves a request
+// unread. The answer is written by a goroutine with a short deadline, at most maxRefusing
+// at once (beyond that the connection is just closed), so a flood of connections can
+// neither block the accept loop nor pile up goroutines.
 func (e *Edge) refuseConn(c net.Conn, limit int) {
 	e.m.connsRefused.Inc()
 	e.m.gatewayErrors.WithLabelValues("edge", causeTooManyConns).Inc()
@@ -230,8 +231,11 @@ func (e *Edge) refuseConn(c net.Conn, limit int) {
 		_ = c.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		msg := fmt.Sprintf("soapgw: the edge has %d client connections open (limits.max_client_connections); try again later", limit)
 		ge := &gatewayError{Status: 503, Cause: causeTooManyConns, Message: msg}
-		_, _ = c.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true))
-		_ = c.Close()
+		if _, err := c.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true)); err != nil {
+			_ = c.Close()
+			return
+		}
+		lingerClose(c) // the client may be sending its request: a reset would lose the fault
 	}()
 }
 

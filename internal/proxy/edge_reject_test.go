@@ -116,6 +116,17 @@ func TestEdgeMaxClientConnections(t *testing.T) {
 	third.requireClosed()
 	require.Equal(t, 1.0, testutil.ToFloat64(m.connsRefused))
 
+	// A refused client that sends a request larger than the sockets hold still gets the
+	// fault, and its write is not reset: the edge lingers before it closes.
+	for range 3 {
+		late := env.dial()
+		sent := late.sendAsync(soapRequest(1, "/svc", "", strings.Repeat("<x/>", 1<<20)))
+		f = late.readFault()
+		require.Equal(t, causeTooManyConns, f.cause)
+		require.NoError(t, <-sent, "the refused client's write was reset")
+		late.requireClosed()
+	}
+
 	_ = a.c.Close() // a slot frees when a connection closes
 	require.Eventually(t, func() bool { return testutil.ToFloat64(m.clientConns) == 1 }, testDeadline, time.Millisecond)
 	c := env.dial()
