@@ -95,8 +95,10 @@ func affinityKey(id string) string {
 }
 
 // maxPinnedConns bounds the connections an upstream pool keeps pinned to affinity keys.
-// Beyond it a connection-bound exchange's connection is closed, as if it had no key: its
-// client authenticates again on a new connection, or fails, but never shares one.
+// When the table is full a new pin takes the place of the one idle longest: its client has
+// most likely gone (the edge does not say when a client connection closes); were it still
+// there, its next request finds no pin and the server asks it to authenticate again, on a
+// connection of its own. The new pin is the one a handshake in progress needs.
 const maxPinnedConns = 256
 
 // takePinned returns the idle connection pinned to key, if it is still usable, and unpins
@@ -120,25 +122,36 @@ func (p *upstreamPool) takePinned(key string) *upstreamConn {
 
 // pin keeps uc idle for key's next exchange, not in the shared pool. Pins idle longer than
 // the upstream's idle timeout are closed here (a key's client may be long gone: the edge
-// does not say when its connection closes).
+// does not say when its connection closes), and the one idle longest when the table is
+// full (maxPinnedConns).
 func (p *upstreamPool) pin(key string, uc *upstreamConn) {
 	uc.idleSince = time.Now()
 	_ = uc.conn.SetDeadline(time.Time{})
 	uc.armed = false
 	var closing []*upstreamConn
 	p.mu.Lock()
+	oldestKey := ""
 	for k, c := range p.pins {
-		if uc.idleSince.Sub(c.idleSince) >= p.up.IdleTimeout {
+		switch {
+		case uc.idleSince.Sub(c.idleSince) >= p.up.IdleTimeout:
 			closing = append(closing, c)
 			delete(p.pins, k)
+		case k != key && (oldestKey == "" || c.idleSince.Before(p.pins[oldestKey].idleSince)):
+			oldestKey = k
 		}
 	}
 	switch old := p.pins[key]; {
-	case p.retired || (old == nil && len(p.pins) >= maxPinnedConns):
+	case p.retired:
 		closing = append(closing, uc)
 	default:
 		if old != nil { // another exchange of key took a connection of its own
 			closing = append(closing, old)
+		} else if len(p.pins) >= maxPinnedConns {
+			closing = append(closing, p.pins[oldestKey])
+			delete(p.pins, oldestKey)
+			if p.m != nil {
+				p.m.pinsEvicted.WithLabelValues(p.up.Name).Inc()
+			}
 		}
 		if p.pins == nil {
 			p.pins = make(map[string]*upstreamConn)

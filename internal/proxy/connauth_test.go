@@ -134,20 +134,25 @@ func TestPinnedConnsAreBounded(t *testing.T) {
 		uc, peers[i] = conn()
 		p.pin("k"+strconv.Itoa(i), uc)
 	}
+	// Past the bound the pin idle longest (k0) makes room: the newest is the one a
+	// handshake in progress needs.
 	require.Len(t, p.pins, maxPinnedConns)
 	require.Equal(t, float64(maxPinnedConns), promtest.ToFloat64(m.pinnedConns.WithLabelValues("up")))
-	require.True(t, closed(peers[maxPinnedConns]), "a pin past the bound was kept")
+	require.Equal(t, 1.0, promtest.ToFloat64(m.pinsEvicted.WithLabelValues("up")))
+	require.True(t, closed(peers[0]), "the pin idle longest was kept past the bound")
+	require.NotNil(t, p.pins["k"+strconv.Itoa(maxPinnedConns)], "the newest pin was not kept")
 
 	uc, peer := conn()
-	p.pin("k0", uc) // the key's exchange took a connection of its own meanwhile: the older one goes
-	require.True(t, closed(peers[0]))
-	require.Same(t, uc, p.pins["k0"])
+	p.pin("k1", uc) // the key's exchange took a connection of its own meanwhile: the older one goes
+	require.True(t, closed(peers[1]))
+	require.Same(t, uc, p.pins["k1"])
+	require.Equal(t, 1.0, promtest.ToFloat64(m.pinsEvicted.WithLabelValues("up")), "a key's own replacement is no eviction")
 	_ = peer
 
 	p.closeIdle()
 	require.Empty(t, p.pins)
 	require.Zero(t, promtest.ToFloat64(m.pinnedConns.WithLabelValues("up")))
-	require.True(t, closed(peers[1]))
+	require.True(t, closed(peers[2]))
 
 	idle := &upstreamPool{up: Upstream{IdleTimeout: time.Nanosecond}}
 	old, oldPeer := conn()

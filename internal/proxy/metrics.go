@@ -22,6 +22,7 @@ type Metrics struct {
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
 	pinnedConns   *prometheus.GaugeVec // upstream connections pinned to a client's affinity key
+	pinsEvicted   *prometheus.CounterVec
 	readAhead     prometheus.Gauge     // bytes of responses queued ahead of a slow tunnel
 	diverted      *prometheus.CounterVec
 	held          *heldMetrics   // resumes, and the origin's held responses
@@ -125,6 +126,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_origin_pinned_connections",
 			Help: "Idle upstream connections the origin keeps for one client connection each, because they authenticated with NTLM or Negotiate (at most 256 per upstream), by upstream.",
 		}, []string{"upstream"}),
+		pinsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_origin_pins_evicted_total",
+			Help: "Pinned upstream connections closed to make room for a new one when 256 were pinned (the one idle longest goes), by upstream.",
+		}, []string{"upstream"}),
 		readAhead: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "soapgw_origin_readahead_bytes",
 			Help: "Bytes of upstream responses the origin has read and queued for a tunnel slower than the server (in 32 KiB chunks; at most 64 MiB, 8 MiB per response).",
@@ -145,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.pinnedConns, m.readAhead, m.diverted)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.pinnedConns, m.pinsEvicted, m.readAhead, m.diverted)
 		reg.MustRegister(m.held.collectors()...)
 		reg.MustRegister(m.oneWay.collectors()...)
 	}
