@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -71,6 +72,19 @@ func TestNTLMThroughThePair(t *testing.T) {
 				st, body = call(dial(), "")
 				require.Equal(t, 401, st, "a new client without credentials ran as %q", body)
 			}
+
+			// Clients that authenticate and leave, more than the origin pins (256 per
+			// upstream) within its idle timeout: every handshake completes (a full table
+			// gives up the pin idle longest, not the new one). alice, idle through them,
+			// lost her pin: the server asks her again, she never runs as another.
+			for i := range 300 {
+				cn := dial()
+				handshake(cn, "u"+strconv.Itoa(i))
+				_ = cn.c.Close()
+			}
+			st, body := call(alice, "")
+			require.Equal(t, 401, st, "an evicted client ran as %q", body)
+			handshake(alice, "alice")
 		})
 	}
 }
