@@ -110,8 +110,8 @@ func loadPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// credentialFiles lists every file a configuration authenticates tunnels with: the files
-// watched for changes.
+// credentialFiles lists every file a configuration authenticates tunnels and upstream
+// connections with: the files watched for changes.
 func credentialFiles(cfg *config.Config) []string {
 	var files []string
 	add := func(a *config.Auth, t *config.TLS) {
@@ -128,6 +128,9 @@ func credentialFiles(cfg *config.Config) []string {
 	}
 	if o := cfg.Origin; o != nil {
 		add(o.Auth, o.TLS)
+		for _, u := range o.Upstreams {
+			add(nil, u.TLS)
+		}
 	}
 	if e := cfg.Edge; e != nil {
 		for _, p := range e.Peers {

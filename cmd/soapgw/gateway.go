@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -172,11 +173,10 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 // startOrigin builds the origin role: upstreams, the tunnel listener and the server that
 // authenticates tunnel connections before they hold any slot.
 func (g *gateway) startOrigin(o *config.OriginConfig, cs *codecs, socks *tunnelSockets, tm *tunnel.Metrics, pm *proxy.Metrics, lim proxy.Limits) error {
-	ups := make([]proxy.Upstream, 0, len(o.Upstreams))
-	for _, u := range o.Upstreams {
-		ups = append(ups, proxyUpstream(u))
+	ups, err := proxyUpstreams(o.Upstreams)
+	if err != nil {
+		return err
 	}
-	var err error
 	resumeWindow := o.ResumeWindow
 	if resumeWindow == 0 {
 		resumeWindow = -1 // off
@@ -259,20 +259,42 @@ func (g *gateway) proxyRoutes(rs []config.Route) ([]proxy.Route, error) {
 	return routes, nil
 }
 
-func proxyUpstream(u config.Upstream) proxy.Upstream {
-	return proxy.Upstream{
-		Name:               u.Name,
-		Address:            u.HostPort(),
-		TLS:                u.TLS(),
-		InsecureSkipVerify: u.InsecureSkipVerify,
-		HTTP10:             u.HTTPVersion == config.HTTP10,
-		Chunked:            u.AcceptsChunked(),
-		RewriteHost:        u.HostHeader == config.HostHeaderUpstream,
-		ConnectTimeout:     u.ConnectTimeout,
-		ResponseTimeout:    u.ResponseTimeout,
-		IdleTimeout:        u.IdleTimeout,
-		PoolSize:           u.PoolSize,
+// proxyUpstreams maps the configured upstreams onto the origin's, reading their TLS files
+// (at start, on reload and when the files change: credentialFiles).
+func proxyUpstreams(us []config.Upstream) ([]proxy.Upstream, error) {
+	ups := make([]proxy.Upstream, 0, len(us))
+	for i, u := range us {
+		up := proxy.Upstream{
+			Name:            u.Name,
+			Address:         u.HostPort(),
+			TLS:             proxy.UpstreamTLS{Enabled: u.HTTPS(), InsecureSkipVerify: u.InsecureSkipVerify},
+			HTTP10:          u.HTTPVersion == config.HTTP10,
+			Chunked:         u.AcceptsChunked(),
+			RewriteHost:     u.HostHeader == config.HostHeaderUpstream,
+			ConnectTimeout:  u.ConnectTimeout,
+			ResponseTimeout: u.ResponseTimeout,
+			IdleTimeout:     u.IdleTimeout,
+			PoolSize:        u.PoolSize,
+		}
+		if t := u.TLS; t != nil {
+			up.TLS.ServerName = t.ServerName
+			for _, f := range []struct {
+				key, path string
+				into      *string
+			}{{"ca_file", t.CAFile, &up.TLS.RootsPEM}, {"cert_file", t.CertFile, &up.TLS.CertPEM}, {"key_file", t.KeyFile, &up.TLS.KeyPEM}} {
+				if f.path == "" {
+					continue
+				}
+				b, err := os.ReadFile(f.path)
+				if err != nil {
+					return nil, fmt.Errorf("origin.upstreams[%d].tls.%s: %w", i, f.key, err)
+				}
+				*f.into = string(b)
+			}
+		}
+		ups = append(ups, up)
 	}
+	return ups, nil
 }
 
 // startEdge builds the edge role: a reconnecting, authenticating tunnel peer per

@@ -32,9 +32,12 @@ func (g *gateway) watchCredentials(ctx context.Context) {
 			g.reloadMu.Lock()
 			defer g.reloadMu.Unlock()
 			err := g.applyCredentials(g.cfg)
+			if err == nil && g.origin != nil && g.cfg.Origin != nil {
+				err = g.applyUpstreams(g.cfg, proxyLimits(g.cfg.Limits)) // their TLS files
+			}
 			g.countReload(reloadFiles, err)
 			if err == nil {
-				g.log.Info("credential files changed: new tunnel connections use the new credentials", "files", credentialFiles(g.cfg))
+				g.log.Info("credential files changed: new tunnel and upstream connections use the new credentials", "files", credentialFiles(g.cfg))
 			}
 			return err
 		})
@@ -96,15 +99,21 @@ func (g *gateway) applyLive(cfg *config.Config) error {
 		}
 	}
 	if g.origin != nil && cfg.Origin != nil {
-		ups := make([]proxy.Upstream, 0, len(cfg.Origin.Upstreams))
-		for _, u := range cfg.Origin.Upstreams {
-			ups = append(ups, proxyUpstream(u))
-		}
-		if err := g.origin.Reconfigure(ups, lim); err != nil {
+		if err := g.applyUpstreams(cfg, lim); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// applyUpstreams gives the origin cfg's upstreams, their TLS files read again: a pool whose
+// settings and files did not change keeps its connections.
+func (g *gateway) applyUpstreams(cfg *config.Config, lim proxy.Limits) error {
+	ups, err := proxyUpstreams(cfg.Origin.Upstreams)
+	if err != nil {
+		return err
+	}
+	return g.origin.Reconfigure(ups, lim)
 }
 
 func (g *gateway) countReload(trigger string, err error) {

@@ -447,7 +447,8 @@ type Auth struct {
 // TLS secures tunnel connections with TLS 1.3. On an edge peer it verifies
 // the origin and may present a client certificate; on an origin it presents
 // the server certificate and, with ca_file, requires and verifies client
-// certificates from edges. Files are PEM.
+// certificates from edges. On an upstream (https) it verifies the server as
+// an edge peer verifies its origin. Files are PEM.
 type TLS struct {
 	// CertFile is this gateway's certificate chain. Required on an origin;
 	// optional on an edge (then it is the client certificate).
@@ -459,8 +460,9 @@ type TLS struct {
 	// origin: when set, every edge must present a client certificate signed
 	// by it. Optional.
 	CAFile string `yaml:"ca_file,omitempty"`
-	// ServerName is the name the edge expects in the origin's certificate.
-	// Edge only. Default: the host of the peer's address.
+	// ServerName is the name the edge expects in the origin's certificate
+	// (an origin, in an upstream's). Edge peers and upstreams only. Default:
+	// the host of the peer's address (the upstream's URL).
 	ServerName string `yaml:"server_name,omitempty"`
 }
 
@@ -607,6 +609,13 @@ type Upstream struct {
 	// InsecureSkipVerify disables certificate verification. https only.
 	// Default: false.
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+	// TLS, for an https URL: ca_file verifies the server's certificate
+	// against a private CA instead of the system roots; cert_file and
+	// key_file present a client certificate (servers that require mutual
+	// TLS); server_name is the name expected in the server's certificate
+	// (default: the URL's host). Rotated files take effect for new upstream
+	// connections within seconds. Optional.
+	TLS *TLS `yaml:"tls,omitempty"`
 }
 
 // Default returns the documented defaults of the top-level, admin and
@@ -744,8 +753,8 @@ func (u Upstream) AcceptsChunked() bool {
 	return u.Chunked != nil && *u.Chunked
 }
 
-// TLS reports whether the upstream is reached over https.
-func (u Upstream) TLS() bool {
+// HTTPS reports whether the upstream is reached over https.
+func (u Upstream) HTTPS() bool {
 	p, err := url.Parse(u.URL)
 	return err == nil && p.Scheme == "https"
 }

@@ -307,6 +307,15 @@ func (u *Upstream) validate(errs *errorList, p string) {
 	if u.InsecureSkipVerify && !isHTTPS && u.URL != "" {
 		errs.add(p+".insecure_skip_verify", "only applies to https URLs")
 	}
+	if t := u.TLS; t != nil {
+		switch {
+		case !isHTTPS && u.URL != "":
+			errs.add(p+".tls", "only applies to https URLs")
+		case u.InsecureSkipVerify && (t.CAFile != "" || t.ServerName != ""):
+			errs.add(p+".insecure_skip_verify", "verifies nothing: tls.ca_file and tls.server_name would be ignored")
+		}
+		t.validate(errs, p+".tls", false)
+	}
 }
 
 // checkListenCollisions reports two listeners of this process on the same

@@ -483,7 +483,7 @@ func TestUpstreamMethods(t *testing.T) {
 		t.Run(tt.u.URL, func(t *testing.T) {
 			require.Equal(t, tt.hostPort, tt.u.HostPort())
 			require.Equal(t, tt.urlHost, tt.u.URLHost())
-			require.Equal(t, tt.tls, tt.u.TLS())
+			require.Equal(t, tt.tls, tt.u.HTTPS())
 			require.Equal(t, tt.chunked, tt.u.AcceptsChunked())
 		})
 	}
@@ -555,6 +555,45 @@ func TestPeerRedundancyModes(t *testing.T) {
 			c, err := Parse("x.yaml", doc(with(edgeDoc, 8, lines...)...))
 			require.NoError(t, err)
 			require.Equal(t, tt.want, c.Edge.Peers[0].RedundancyMode())
+		})
+	}
+}
+
+// TestUpstreamTLSValidation: origin.upstreams[].tls (a private CA, a client certificate,
+// the server name) applies to https URLs only, pairs cert_file with key_file, names files
+// that cannot be read, and is not combined with insecure_skip_verify, which would ignore it.
+func TestUpstreamTLSValidation(t *testing.T) {
+	dir := t.TempDir()
+	cert := filepath.Join(dir, "c.pem")
+	require.NoError(t, os.WriteFile(cert, []byte("x"), 0o600))
+	origin := func(url string, lines ...string) []byte {
+		return doc(append([]string{
+			"node: gw",
+			"origin:",
+			"  listen: ':7070'",
+			"  auth: {key: '" + testKey + "'}",
+			"  upstreams:",
+			"    - name: bill",
+			"      url: " + url,
+		}, lines...)...)
+	}
+	c, err := Parse("x.yaml", origin("https://bill.internal:8443", "      tls: {ca_file: "+cert+", cert_file: "+cert+", key_file: "+cert+", server_name: bill}"))
+	require.NoError(t, err)
+	require.Equal(t, &TLS{CAFile: cert, CertFile: cert, KeyFile: cert, ServerName: "bill"}, c.Origin.Upstreams[0].TLS)
+
+	for _, tt := range []struct {
+		name, url string
+		lines     []string
+		want      string
+	}{
+		{"http URL", "http://bill", []string{"      tls: {ca_file: " + cert + "}"}, "x.yaml:8: origin.upstreams[0].tls: only applies to https URLs"},
+		{"cert without key", "https://bill", []string{"      tls: {cert_file: " + cert + "}"}, "x.yaml:8: origin.upstreams[0].tls.key_file: required with cert_file"},
+		{"missing file", "https://bill", []string{"      tls:", "        ca_file: /nonexistent/ca.pem"}, `x.yaml:9: origin.upstreams[0].tls.ca_file: cannot read "/nonexistent/ca.pem": no such file or directory`},
+		{"verifies nothing", "https://bill", []string{"      insecure_skip_verify: true", "      tls: {ca_file: " + cert + "}"}, "x.yaml:8: origin.upstreams[0].insecure_skip_verify: verifies nothing: tls.ca_file and tls.server_name would be ignored"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", origin(tt.url, tt.lines...))
+			require.EqualError(t, err, tt.want)
 		})
 	}
 }

@@ -23,7 +23,7 @@ type Metrics struct {
 	upstreamConns *prometheus.CounterVec
 	pinnedConns   *prometheus.GaugeVec // upstream connections pinned to a client's affinity key
 	pinsEvicted   *prometheus.CounterVec
-	readAhead     prometheus.Gauge     // bytes of responses queued ahead of a slow tunnel
+	readAhead     prometheus.Gauge // bytes of responses queued ahead of a slow tunnel
 	diverted      *prometheus.CounterVec
 	held          *heldMetrics   // resumes, and the origin's held responses
 	oneWay        *oneWayMetrics // one-way messages: the edge's spool, deliveries

@@ -978,8 +978,9 @@ func equalFold(a, b string) bool {
 
 // upstreamPool keeps idle keep-alive connections to one upstream.
 type upstreamPool struct {
-	up Upstream
-	m  *Metrics
+	up  Upstream
+	tls *tls.Config // nil: plain HTTP (up.TLS.clientConfig)
+	m   *Metrics
 
 	mu      sync.Mutex
 	idle    []*upstreamConn
@@ -1043,9 +1044,8 @@ func (p *upstreamPool) dial(ctx context.Context) (*upstreamConn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	if p.up.TLS {
-		host, _, _ := net.SplitHostPort(p.up.Address)
-		tc := tls.Client(c, &tls.Config{ServerName: host, InsecureSkipVerify: p.up.InsecureSkipVerify}) //nolint:gosec // opt-in per upstream
+	if p.tls != nil {
+		tc := tls.Client(c, p.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = c.Close()
 			return nil, fmt.Errorf("tls handshake: %w", err)

@@ -67,7 +67,11 @@ func (o *Origin) newPools(ups []Upstream, old map[string]*upstreamPool) (map[str
 			pools[u.Name] = p
 			continue
 		}
-		pools[u.Name] = &upstreamPool{up: u, m: o.m}
+		tlsConf, err := u.TLS.clientConfig(u.Address)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: upstream %q: tls: %w", u.Name, err)
+		}
+		pools[u.Name] = &upstreamPool{up: u, tls: tlsConf, m: o.m}
 		o.m.diverted.WithLabelValues(u.Name) // at 0, for increase() and the dashboard
 	}
 	return pools, nil
