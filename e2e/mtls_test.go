@@ -48,6 +48,13 @@ func newTestCA(t *testing.T, dir, name string) *testCA {
 	return &testCA{cert: cert, key: key, pem: path}
 }
 
+// pool is a certificate pool holding the CA, for a Go TLS client or server in a test.
+func (ca *testCA) pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
+}
+
 // issue writes a certificate and key for name (a server certificate when server is set,
 // with 127.0.0.1 as an IP SAN) and returns their paths.
 func (ca *testCA) issue(t *testing.T, dir, name string, server bool) (certPath, keyPath string) {

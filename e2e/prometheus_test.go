@@ -232,6 +232,11 @@ func TestPrometheusDashboardAndAlerts(t *testing.T) {
 	stores := t.TempDir()
 	startGateway(t, a.OriginAdmin, originYAML(a, srv.URL(), fmt.Sprintf("    - name: dead\n      url: %s\n      connect_timeout: 1s\n  one_way:\n    ledger: %s\n",
 		deadURL, filepath.Join(stores, "ledger.db"))))
+	// An HTTPS listener beside: a client that speaks plain HTTP to it fails its TLS
+	// handshake (SoapgwEdgeClientTLSFailures).
+	ca := newTestCA(t, stores, "clients-ca")
+	httpsCert, httpsKey := ca.issue(t, stores, "soap.internal", true)
+	httpsAddr := freePort(t)
 	startGateway(t, a.EdgeAdmin, fmt.Sprintf(`node: e2e-edge
 admin:
   listen: %[1]s
@@ -239,6 +244,9 @@ edge:
   listeners:
     - name: soap
       listen: %[2]s
+    - name: secure
+      listen: %[6]s
+      tls: {cert_file: %[7]s, key_file: %[8]s}
   peers:
     - name: dc1
       address: %[3]s
@@ -274,7 +282,7 @@ edge:
     operations:
       - action: "urn:demo#Notify"
       - action: "urn:demo#NotifyFail"
-`, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile, filepath.Join(stores, "spool.db")))
+`, a.EdgeAdmin, a.Edge, a.Tunnel, tunnelKeyFile, filepath.Join(stores, "spool.db"), httpsAddr, httpsCert, httpsKey))
 
 	// Prometheus, configured from the example with this pair's admin listeners.
 	dir := t.TempDir()
@@ -291,6 +299,9 @@ edge:
 	// Bounded load: mixed operations, faults, gateway errors, new connections per call
 	// (HTTP/1.0 style) and keep-alive clients.
 	loadStart := time.Now()
+	plain, err := frExchange(httpsAddr, frSoapRequest("soap.internal", "/svc/x", false, "<x/>"), 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "bad_request", plain.Get("X-Soapgw-Error"), "plain HTTP to the HTTPS listener")
 	sent, failed := runMixedLoad(t, a.Edge, loadFor)
 	t.Logf("load: %d exchanges in %s (%d transport errors)", sent, loadFor, failed)
 	require.Zero(t, failed, "requests failed at the transport level")

@@ -2,9 +2,9 @@ package e2e
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -30,16 +30,14 @@ func TestUpstreamMutualTLS(t *testing.T) {
 
 	cert, err := tls.LoadX509KeyPair(srvCert, srvKey)
 	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(ca.pem)
-	require.NoError(t, err)
-	require.True(t, pool.AppendCertsFromPEM(caPEM))
+	pool := ca.pool()
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "text/xml; charset=utf-8")
 		fmt.Fprintf(w, "<ok client=%q resumed=\"%t\">%d</ok>", r.TLS.PeerCertificates[0].Subject.CommonName, r.TLS.DidResume, len(body))
 	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 

@@ -110,8 +110,8 @@ func loadPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// credentialFiles lists every file a configuration authenticates tunnels and upstream
-// connections with: the files watched for changes.
+// credentialFiles lists every file a configuration authenticates tunnels, upstream and
+// client connections with: the files watched for changes.
 func credentialFiles(cfg *config.Config) []string {
 	var files []string
 	add := func(a *config.Auth, t *config.TLS) {
@@ -135,6 +135,9 @@ func credentialFiles(cfg *config.Config) []string {
 	if e := cfg.Edge; e != nil {
 		for _, p := range e.Peers {
 			add(p.Auth, p.TLS)
+		}
+		for _, l := range e.Listeners {
+			add(nil, l.TLS)
 		}
 	}
 	sort.Strings(files)

@@ -51,12 +51,15 @@ type gateway struct {
 	udpBufWarn sync.Once
 
 	peerAuths map[string]*peerauth.Client // by peer name
-	insecure  *prometheus.GaugeVec
-	reloads   *prometheus.CounterVec
-	codecs    *codecs
-	credWatch *fileWatcher // the credential files, as loaded at start
-	reloadMu  sync.Mutex   // one reload at a time; guards cfg after start
-	stopWatch context.CancelFunc
+	// listenerTLS: the edge listeners that serve HTTPS, by name (their certificates
+	// reload like the tunnel's credentials).
+	listenerTLS map[string]*listenerTLS
+	insecure    *prometheus.GaugeVec
+	reloads     *prometheus.CounterVec
+	codecs      *codecs
+	credWatch   *fileWatcher // the credential files, as loaded at start
+	reloadMu    sync.Mutex   // one reload at a time; guards cfg after start
+	stopWatch   context.CancelFunc
 
 	admin *admin.Server
 
@@ -79,7 +82,7 @@ func startGateway(ctx context.Context, cfg *config.Config, log *slog.Logger) (g 
 	}, []string{"version", "node", "edge", "origin"})
 	reg.MustRegister(build)
 	build.WithLabelValues(versionString(), cfg.Node, strconv.FormatBool(cfg.Edge != nil), strconv.FormatBool(cfg.Origin != nil)).Set(1)
-	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]tunnelPeer{}, peerAuths: map[string]*peerauth.Client{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
+	g = &gateway{cfg: cfg, log: log, reg: reg, peers: map[string]tunnelPeer{}, peerAuths: map[string]*peerauth.Client{}, listenerTLS: map[string]*listenerTLS{}, edgeLns: map[string]net.Listener{}, errc: make(chan error, 8)}
 	built := g // the named result is nil on error returns; clean up what was built
 	defer func() {
 		if err != nil {
@@ -323,10 +326,20 @@ func (g *gateway) startEdge(ctx context.Context, e *config.EdgeConfig, cs *codec
 	if err != nil {
 		return err
 	}
+	tlsConfs, err := listenerTLSConfigs(e)
+	if err != nil {
+		return usageError{err}
+	}
 	for i, l := range e.Listeners {
 		ln, err := listenClients(ctx, l.Listen)
 		if err != nil {
 			return fmt.Errorf("edge.listeners[%d] (%s): %w", i, l.Name, err)
+		}
+		if c := tlsConfs[l.Name]; c != nil {
+			lt := &listenerTLS{}
+			lt.cur.Store(c)
+			g.listenerTLS[l.Name] = lt
+			ln = lt.listen(ln)
 		}
 		g.edgeLns[l.Name] = ln
 	}

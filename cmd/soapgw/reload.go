@@ -37,7 +37,7 @@ func (g *gateway) watchCredentials(ctx context.Context) {
 			}
 			g.countReload(reloadFiles, err)
 			if err == nil {
-				g.log.Info("credential files changed: new tunnel and upstream connections use the new credentials", "files", credentialFiles(g.cfg))
+				g.log.Info("credential files changed: new tunnel, upstream and client connections use the new credentials", "files", credentialFiles(g.cfg))
 			}
 			return err
 		})
@@ -164,6 +164,20 @@ func (g *gateway) applyCredentials(cfg *config.Config) error {
 				return nil
 			})
 		}
+	}
+	if len(g.listenerTLS) > 0 {
+		confs, err := listenerTLSConfigs(cfg.Edge)
+		if err != nil {
+			return err
+		}
+		updates = append(updates, func() error {
+			for name, lt := range g.listenerTLS {
+				if c := confs[name]; c != nil { // a listener that dropped tls: needs a restart
+					lt.cur.Store(c)
+				}
+			}
+			return nil
+		})
 	}
 	var errs []error
 	for _, u := range updates {

@@ -349,6 +349,12 @@ type Listener struct {
 	// Listen is the host:port to listen on; the host may be empty for all
 	// interfaces. Required.
 	Listen string `yaml:"listen"`
+	// TLS makes the listener speak HTTPS, for clients configured with an
+	// https URL: cert_file and key_file are the certificate the clients
+	// verify (for the name they call); with ca_file, every client must
+	// present a certificate signed by it (mutual TLS). PEM files, read
+	// again within seconds when they change. Optional: plain HTTP.
+	TLS *TLS `yaml:"tls,omitempty"`
 }
 
 // Peer is one origin gateway reached over a tunnel.
@@ -448,7 +454,8 @@ type Auth struct {
 // the origin and may present a client certificate; on an origin it presents
 // the server certificate and, with ca_file, requires and verifies client
 // certificates from edges. On an upstream (https) it verifies the server as
-// an edge peer verifies its origin. Files are PEM.
+// an edge peer verifies its origin; on an edge listener it serves HTTPS to
+// clients as an origin serves edges. Files are PEM.
 type TLS struct {
 	// CertFile is this gateway's certificate chain. Required on an origin;
 	// optional on an edge (then it is the client certificate).

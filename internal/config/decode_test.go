@@ -92,8 +92,8 @@ func TestParseDecodeErrors(t *testing.T) {
 		},
 		{
 			name: "unknown field, nothing close",
-			yaml: doc(with(edgeDoc, 5, `      listen: ":8080"`, "      tls: true")...),
-			want: []string{`x.yaml:6: edge.listeners[0].tls: unknown field (known fields: name, listen)`},
+			yaml: doc(with(edgeDoc, 5, `      listen: ":8080"`, "      certificate: true")...),
+			want: []string{`x.yaml:6: edge.listeners[0].certificate: unknown field (known fields: name, listen, tls)`},
 		},
 		{
 			name: "integer expected",

@@ -129,6 +129,9 @@ func (e *EdgeConfig) validate(errs *errorList) {
 		p := fmt.Sprintf("edge.listeners[%d]", i)
 		checkName(errs, p+".name", l.Name, listeners, p)
 		checkAddr(errs, p+".listen", l.Listen, false)
+		if l.TLS != nil {
+			l.TLS.validate(errs, p+".tls", true)
+		}
 	}
 
 	peers := make(map[string]string, len(e.Peers))
@@ -496,14 +499,14 @@ func checkPositiveSize(errs *errorList, path string, b ByteSize) {
 func (t *TLS) validate(errs *errorList, p string, server bool) {
 	switch {
 	case server && t.CertFile == "":
-		errs.add(p+".cert_file", "required when the origin speaks TLS")
+		errs.add(p+".cert_file", "required to serve TLS")
 	case t.CertFile != "" && t.KeyFile == "":
 		errs.add(p+".key_file", "required with cert_file")
 	case t.KeyFile != "" && t.CertFile == "":
 		errs.add(p+".cert_file", "required with key_file")
 	}
 	if server && t.ServerName != "" {
-		errs.add(p+".server_name", "only an edge peer names the server it expects")
+		errs.add(p+".server_name", "only applies where soapgw connects (edge peers, upstreams): it names the server it expects")
 	}
 	for _, f := range []struct{ key, path string }{{"cert_file", t.CertFile}, {"key_file", t.KeyFile}, {"ca_file", t.CAFile}} {
 		if f.path == "" {

@@ -507,7 +507,7 @@ func TestTLSValidation(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = Parse("x.yaml", origin("    ca_file: "+cert))
-	require.EqualError(t, err, "x.yaml:6: origin.tls.cert_file: required when the origin speaks TLS")
+	require.EqualError(t, err, "x.yaml:6: origin.tls.cert_file: required to serve TLS")
 
 	_, err = Parse("x.yaml", origin("    cert_file: "+cert))
 	require.EqualError(t, err, "x.yaml:6: origin.tls.key_file: required with cert_file")
@@ -516,7 +516,7 @@ func TestTLSValidation(t *testing.T) {
 	require.ErrorContains(t, err, `x.yaml:8: origin.tls.key_file: cannot read "/nonexistent/k.pem": no such file or directory`)
 
 	_, err = Parse("x.yaml", origin("    cert_file: "+cert, "    key_file: "+cert, "    server_name: x"))
-	require.ErrorContains(t, err, "origin.tls.server_name: only an edge peer names the server it expects")
+	require.ErrorContains(t, err, "origin.tls.server_name: only applies where soapgw connects (edge peers, upstreams): it names the server it expects")
 
 	c, err := Parse("x.yaml", doc(
 		"node: gw",

@@ -331,6 +331,9 @@ func (e *Edge) serveConn(cc *clientConn, listener string) {
 	}
 	defer release()
 	defer cc.dropFirst()
+	if !e.clientHandshake(cc, listener) {
+		return
+	}
 	for {
 		// Checked and armed under the lock Shutdown holds while it wakes idle
 		// connections, so Shutdown's wake-up cannot be overwritten by this deadline.

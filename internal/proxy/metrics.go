@@ -19,6 +19,7 @@ type Metrics struct {
 	bytes         *prometheus.CounterVec
 	clientConns   prometheus.Gauge
 	connsRefused  prometheus.Counter
+	tlsFailures   *prometheus.CounterVec // client TLS handshakes that failed, by listener and reason
 	retries       *prometheus.CounterVec
 	upstreamConns *prometheus.CounterVec
 	pinnedConns   *prometheus.GaugeVec // upstream connections pinned to a client's affinity key
@@ -110,6 +111,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "soapgw_edge_client_connections",
 			Help: "Client connections currently open at the edge.",
 		}),
+		tlsFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soapgw_edge_tls_handshake_failures_total",
+			Help: "Client TLS handshakes that failed on an HTTPS listener, by listener and reason (plain_http: the client spoke plain HTTP; timeout; closed: the client left; refused: any other failure, such as no shared version or cipher, or a missing or untrusted client certificate: the edge log names it).",
+		}, []string{"listener", "reason"}),
 		connsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "soapgw_edge_client_connections_refused_total",
 			Help: "Client connections the edge answered with a too_many_connections Fault (HTTP-semantic status 503) and closed because limits.max_client_connections were open.",
@@ -150,7 +155,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.retries, m.upstreamConns, m.pinnedConns, m.pinsEvicted, m.readAhead, m.diverted)
+		reg.MustRegister(m.exchanges, m.faults, m.connsTotal, m.gatewayErrors, m.duration, m.bytes, m.clientConns, m.connsRefused, m.tlsFailures, m.retries, m.upstreamConns, m.pinnedConns, m.pinsEvicted, m.readAhead, m.diverted)
 		reg.MustRegister(m.held.collectors()...)
 		reg.MustRegister(m.oneWay.collectors()...)
 	}
