@@ -217,7 +217,7 @@ func TestReloadCredentialsKeyRotationThroughRelay(t *testing.T) {
 
 	// 1. The origin accepts both keys.
 	rlFileReload(t, origin, func() { taWriteAtomic(t, originKey, []byte(keyA+"\n"+keyB+"\n")) })
-	taWaitLog(t, origin.gateway, 1, "credential files changed: new tunnel connections use the new credentials")
+	taWaitLog(t, origin.gateway, 1, "credential files changed: new tunnel, upstream and client connections use the new credentials")
 	load.progress(t, 100)
 
 	// 2. The edge proves with B (and would still accept A's proof from the origin).
