@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -187,6 +188,8 @@ type envConfig struct {
 	Tunnel func(origin bool, c *tunnel.Config)
 	// OriginTunnelMetrics, when set, collects the origin session's tunnel metrics.
 	OriginTunnelMetrics *tunnel.Metrics
+	// ListenTLS, when set, makes the edge's listeners speak TLS with it.
+	ListenTLS *tls.Config
 	// StreamFlushDelay is the origin's OriginConfig.StreamFlushDelay.
 	StreamFlushDelay time.Duration
 	// OneWay is the edge's EdgeConfig.OneWay; Ledger and RedeliverInDoubt the origin's.
@@ -306,6 +309,9 @@ func newEnv(t testing.TB, cfg envConfig) *testEnv {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		e.addrs[name] = ln.Addr().String()
+		if cfg.ListenTLS != nil {
+			ln = tls.NewListener(ln, cfg.ListenTLS)
+		}
 		serveWG.Add(1)
 		go func() {
 			defer serveWG.Done()
