@@ -998,8 +998,12 @@ func drainEOF(r io.Reader) error {
 }
 
 // abort closes a connection with RST instead of FIN, so the peer sees an error rather
-// than what could look like the end of a close-delimited message.
+// than what could look like the end of a close-delimited message. A TLS connection is
+// reset below its TLS layer: a close_notify would tell the client the data ended cleanly.
 func abort(c net.Conn) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = tc.NetConn()
+	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0)
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/soapgw/soapgw/internal/httpwire"
+	soaptest "github.com/soapgw/soapgw/internal/testutil"
 )
 
 // watchedClock starts a clock (stopped at the test's end) and reports on expired how long
@@ -253,7 +256,28 @@ func TestExchangeTimeoutMeasuresProgress(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode)
 		_, err = io.ReadAll(resp.Body)
 		require.Error(t, err, "the response began, so the edge aborts the connection: a truncated body must not pass for a whole one")
+		require.ErrorIs(t, err, syscall.ECONNRESET)
 		require.Less(t, time.Since(start), 4*stall, "the stalled exchange was not ended before the upstream went on")
+	})
+
+	t.Run("stalled over TLS", func(t *testing.T) {
+		// The connection is reset below TLS: a close_notify would say the data ended.
+		addr, _ := trickleUpstream(t, 4, 0, 2, 4*stall)
+		cert := soaptest.SelfSigned(t)
+		ups := []Upstream{{Name: "up", Address: addr}}
+		env := newEnv(t, envConfig{Upstreams: ups, EdgeLimits: limits, ListenTLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
+		require.NoError(t, env.origin.Reconfigure(ups, limits))
+		tc, err := tls.Dial("tcp", env.addrs["main"], &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // a test's own certificate
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tc.Close() })
+		_ = tc.SetDeadline(time.Now().Add(2 * testDeadline))
+		_, err = io.WriteString(tc, soapRequest(1, "/svc", "", "<x/>"))
+		require.NoError(t, err)
+		resp, err := httpwire.ReadResponse(bufio.NewReader(tc), "POST", httpwire.Limits{})
+		require.NoError(t, err)
+		require.Equal(t, 200, resp.StatusCode)
+		_, err = io.ReadAll(resp.Body)
+		require.ErrorIs(t, err, syscall.ECONNRESET, "a truncated body must not end like a whole one")
 	})
 }
 
