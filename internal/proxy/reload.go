@@ -73,6 +73,8 @@ func (o *Origin) newPools(ups []Upstream, old map[string]*upstreamPool) (map[str
 		}
 		pools[u.Name] = &upstreamPool{up: u, tls: tlsConf, m: o.m}
 		o.m.diverted.WithLabelValues(u.Name) // at 0, for increase() and the dashboard
+		o.m.pinnedConns.WithLabelValues(u.Name)
+		o.m.pinsEvicted.WithLabelValues(u.Name)
 	}
 	return pools, nil
 }
