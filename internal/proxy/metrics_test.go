@@ -31,6 +31,8 @@ var metricNames = []string{
 	"soapgw_origin_held_exchanges",
 	"soapgw_origin_held_lost_total",
 	"soapgw_origin_oneway_total",
+	"soapgw_origin_pinned_connections",
+	"soapgw_origin_pins_evicted_total",
 	"soapgw_origin_readahead_bytes",
 	"soapgw_origin_responses_diverted_total",
 	"soapgw_origin_resume_tombstones",
