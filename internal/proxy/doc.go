@@ -6,7 +6,8 @@
 //
 // The path of one message, client socket to server socket and back:
 //
-//	client ──TCP──► Edge.serveConn ── httpwire.ReadRequest (raw head: casing, order kept)
+//	client ──TCP──► Edge.serveConn ── TLS handshake first on an HTTPS listener (clienttls.go)
+//	                   │  httpwire.ReadRequest (raw head: casing, order kept)
 //	                   │  route (listener, Host, path prefix) → peer + upstream name
 //	                   │  100-continue answered locally; size limit → 413 Fault
 //	                   ▼
@@ -15,7 +16,8 @@
 //	    ═══════════════╪══════════════ tunnel (one persistent, multiplexed connection) ═══
 //	                   ▼
 //	              Origin.ServeStream ── upstream configured? (else Fault: no open proxy)
-//	                   │  pooled keep-alive conn (liveness-checked), HTTP/1.1 or 1.0
+//	                   │  pooled keep-alive conn (liveness-checked), HTTP/1.1 or 1.0,
+//	                   │  TLS for https (UpstreamTLS: private CA, client certificate)
 //	                   ▼
 //	server ◄──TCP── head as the client sent it + body (a chunked one read whole first and
 //	                sent with Content-Length, unless the upstream is set to take chunks)
