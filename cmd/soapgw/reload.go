@@ -166,15 +166,15 @@ func (g *gateway) applyCredentials(cfg *config.Config) error {
 		}
 	}
 	if len(g.listenerTLS) > 0 {
-		confs, err := listenerTLSConfigs(cfg.Edge)
+		// The running listeners' files, read again: listeners (their tls section with
+		// them) need a restart to change, and needsRestart names them.
+		confs, err := listenerTLSConfigs(g.cfg.Edge)
 		if err != nil {
 			return err
 		}
 		updates = append(updates, func() error {
 			for name, lt := range g.listenerTLS {
-				if c := confs[name]; c != nil { // a listener that dropped tls: needs a restart
-					lt.cur.Store(c)
-				}
+				lt.cur.Store(confs[name])
 			}
 			return nil
 		})
