@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/soapgw/soapgw/internal/netsim"
 	"github.com/soapgw/soapgw/internal/testutil"
 )
 
@@ -138,6 +142,62 @@ func TestEarlyAnswerPastTheDrain(t *testing.T) {
 			require.Equal(t, "close", resp.Get("Connection"), "the request was not read whole: the connection cannot carry another")
 			_, err = br.ReadByte()
 			require.Error(t, err, "the edge kept a connection whose request it did not read")
+		})
+	}
+}
+
+// TestEarlyAnswerOverASlowLink: the server answers an 8 MiB request at once (413) on a
+// 1 Mbit/s path between the gateways, where the rest of the request would take a minute
+// to cross. The origin drains it for two seconds at most, then resets the request's side
+// of the stream; the edge relays the answer, which had arrived whole, with Connection:
+// close. Over both tunnels the client gets the server's answer in seconds, not after its
+// upload crossed the link.
+func TestEarlyAnswerOverASlowLink(t *testing.T) {
+	for _, transport := range []string{"tcp", "udp"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			answered, answer0 := testutil.Gate()
+			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
+				if _, err := readRawRequestHead(br); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, early413)
+				<-answered
+			}, answer0)
+			limits := "limits:\n  max_request_bytes: 16MiB\n"
+			a := newPairAddrs(t)
+			startGateway(t, a.OriginAdmin, originYAML(a, url, limits))
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			const delay, rate = 10 * time.Millisecond, 128 << 10 // bytes/s: 1 Mbit/s
+			if transport == "tcp" {
+				link, err := netsim.NewLink(ctx, a.Tunnel, netsim.LinkConfig{Delay: delay, Bandwidth: rate})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = link.Close() })
+				viaLink := a
+				viaLink.Tunnel = link.Addr()
+				startGateway(t, a.EdgeAdmin, edgeYAML(viaLink, limits))
+			} else {
+				link, err := netsim.NewUDPLink(ctx, a.Tunnel, netsim.UDPLinkConfig{Delay: delay, Bandwidth: rate})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = link.Close() })
+				startGateway(t, a.EdgeAdmin, udpEdgeYAML(a, link.Addr(), "")+limits)
+			}
+
+			noise := make([]byte, 6<<20) // incompressible: the codecs cannot shrink it past the link
+			_, _ = rand.Read(noise)
+			c, sent := sendLarge(t, a.Edge, "/big", "<b>"+base64.StdEncoding.EncodeToString(noise)+"</b>") // 8 MiB: a minute at 1 Mbit/s
+			start := time.Now()
+			resp, err := frReadResponse(bufio.NewReader(c))
+			require.NoError(t, err, "no answer to the large request")
+			answer0()
+			took := time.Since(start)
+			require.Equal(t, 413, resp.Status, resp.String())
+			require.Equal(t, "<h1>body too large</h1>", string(resp.Body))
+			require.Equal(t, "close", resp.Get("Connection"), "the request was not taken whole")
+			require.Less(t, took, 15*time.Second, "the answer waited for the request to cross the link")
+			t.Logf("answer after %v", took)
+			<-sent // the edge lingers, then closes: the write ends either way
 		})
 	}
 }

@@ -369,15 +369,17 @@ func (o *Origin) tooLarge(st Stream, x *originExchange, err error) {
 }
 
 // discardRefused reads and drops what the edge still sends of a request (up to
-// maxRefusedDrain, within the exchange's progress clock; at once when the stream has
-// failed or the request was read whole). The first read needs no buffer of its own. When
-// the bound ends it, the stream's Close resets a request still coming: the answer must
-// have left first (awaitSent), and the edge reads it after its write fails.
+// maxRefusedDrain and for at most refusedDrainTime, within the exchange's progress clock;
+// at once when the stream has failed or the request was read whole). The first read needs
+// no buffer of its own. When a bound ends it, the stream's Close resets a request still
+// coming: the answer must have left first (awaitSent), and the edge reads it after its
+// write fails and relays it, closing the client's connection.
 func discardRefused(st Stream, body *bufio.Reader) {
 	if _, err := body.Peek(1); err != nil {
 		return
 	}
-	if n, _ := io.CopyN(io.Discard, body, maxRefusedDrain); n == maxRefusedDrain {
+	_ = st.SetDeadline(time.Now().Add(refusedDrainTime)) // the exchange is over: only the drain reads
+	if _, err := io.CopyN(io.Discard, body, maxRefusedDrain); err != io.EOF {
 		awaitSent(st, faultWriteTimeout)
 	}
 }
@@ -400,8 +402,15 @@ func awaitSent(st Stream, d time.Duration) {
 	}
 }
 
-// maxRefusedDrain bounds what the origin reads and discards of a refused request body.
-const maxRefusedDrain = 64 << 20
+// maxRefusedDrain and refusedDrainTime bound what the origin reads and discards of a
+// request body after its answer. Within them the client's whole request is taken and its
+// connection stays open for the next call (a LAN moves 64 MiB in under a second). Past
+// them the answer must not wait for the rest to cross: on a 1 Mbit/s link 8 MiB take a
+// minute, and the server's 413 or 401 would reach the client only then.
+const (
+	maxRefusedDrain  = 64 << 20
+	refusedDrainTime = 2 * time.Second
+)
 
 // originExchange is one exchange at the origin, from the request head on.
 type originExchange struct {

@@ -638,32 +638,42 @@ func TestHandlerWorkers(t *testing.T) {
 }
 
 // TestUDPAnswerOutlivesStopSending: the origin answers a request it has not read whole
-// (the server answered early) and closes the stream, which asks the edge to stop sending.
-// The edge's next write fails with a reset by the peer, and the answer still reads byte for
+// (the server answered early) and closes the stream, which asks the edge to stop sending:
+// at once, or after draining the request until a deadline (its drain's time bound). The
+// edge's next write fails with a reset by the peer, and the answer still reads byte for
 // byte: the edge relays it instead of a tunnel_lost fault.
 func TestUDPAnswerOutlivesStopSending(t *testing.T) {
-	p := newPair(t, pairOptions{codecs: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	answer := soapMessage(7, 300)
-	p.setHandler(func(_ context.Context, st *Stream) {
-		defer st.Close() // the request unfinished: STOP_SENDING
-		if _, err := st.Read(make([]byte, 10)); err != nil {
-			return
-		}
-		_, _ = st.Write(answer)
-		_ = st.CloseWrite()
-	})
-	st, err := p.peer.OpenStream(ctx)
-	require.NoError(t, err)
-	defer st.Close()
-	chunk := make([]byte, 64<<10)
-	for err == nil { // more than max_coded: the request streams until the peer stops it
-		_, err = st.Write(chunk)
+	for _, drain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("drain=%t", drain), func(t *testing.T) {
+			p := newPair(t, pairOptions{codecs: true})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			answer := soapMessage(7, 300)
+			p.setHandler(func(_ context.Context, st *Stream) {
+				defer st.Close() // the request unfinished: STOP_SENDING
+				if _, err := st.Read(make([]byte, 10)); err != nil {
+					return
+				}
+				_, _ = st.Write(answer)
+				_ = st.CloseWrite()
+				if drain {
+					_ = st.SetDeadline(time.Now().Add(100 * time.Millisecond))
+					_, _ = io.Copy(io.Discard, st) // until the deadline: the edge never ends
+				}
+			})
+			st, err := p.peer.OpenStream(ctx)
+			require.NoError(t, err)
+			defer st.Close()
+			require.NoError(t, st.SetDeadline(time.Now().Add(5*time.Second))) // a write the origin never stops fails the test, not hangs it
+			chunk := make([]byte, 64<<10)
+			for err == nil { // more than max_coded: the request streams until the peer stops it
+				_, err = st.Write(chunk)
+			}
+			var rp interface{ ResetByPeer() bool }
+			require.True(t, errors.As(err, &rp) && rp.ResetByPeer(), "the write failed, not by the peer's stop: %v", err)
+			got, err := io.ReadAll(st)
+			require.NoError(t, err, "the answer was dropped")
+			require.Equal(t, answer, got)
+		})
 	}
-	var rp interface{ ResetByPeer() bool }
-	require.True(t, errors.As(err, &rp) && rp.ResetByPeer(), "the write failed, not by the peer's stop: %v", err)
-	got, err := io.ReadAll(st)
-	require.NoError(t, err, "the answer was dropped")
-	require.Equal(t, answer, got)
 }

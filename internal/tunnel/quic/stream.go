@@ -831,13 +831,19 @@ func (st *Stream) Close() error {
 	}
 	st.closed = true
 	needDrain := !st.hasHead && st.rerr == nil
-	if st.hasHead && st.rerr == nil {
+	switch {
+	case st.hasHead && st.rerr == nil:
 		switch qs, real := st.qs.(*quicgo.Stream); {
 		case st.byCopy && real:
 			st.c.discard(qs) // the message came in its copy: drop the stream's own bytes
 		case st.byCopy, !st.rdone:
 			st.qs.CancelRead(codeCancelled)
 		}
+	case st.hasHead && !st.rdone:
+		// A read failed here (its deadline passed: the origin stops draining a request
+		// it answered early) and the peer may still be sending: tell it to stop. After
+		// the peer's own reset this does nothing.
+		st.qs.CancelRead(codeCancelled)
 	}
 	st.rmu.Unlock()
 	st.released.Store(true)
