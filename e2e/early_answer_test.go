@@ -95,6 +95,29 @@ func TestEarlyAnswer(t *testing.T) {
 	}
 }
 
+// early413Server is a server that answers every request with early413 once it has its
+// head, and reads nothing more until release is called (the test has its answer).
+func early413Server(t *testing.T) (url string, release func()) {
+	answered, release := testutil.Gate()
+	return "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
+		if _, err := readRawRequestHead(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, early413)
+		<-answered
+	}, release), release
+}
+
+// requireEarly413 checks that resp is early413 byte for byte, relayed with Connection:
+// close (the rest of the request was never read).
+func requireEarly413(t *testing.T, resp *frResp) {
+	t.Helper()
+	require.Equal(t, 413, resp.Status, resp.String())
+	require.Equal(t, "<h1>body too large</h1>", string(resp.Body))
+	require.Equal(t, "text/html", resp.Get("Content-Type"))
+	require.Equal(t, "close", resp.Get("Connection"), "the request was not read whole: the connection cannot carry another")
+}
+
 // TestEarlyAnswerPastTheDrain: as TestEarlyAnswer, with a request so large (200 MiB) that
 // the origin stops reading it: it drains at most 64 MiB after the answer, then resets the
 // stream. The answer was sent whole before that reset; through both tunnels the client
@@ -104,14 +127,7 @@ func TestEarlyAnswerPastTheDrain(t *testing.T) {
 	for _, transport := range []string{"tcp", "udp"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			answered, answer0 := testutil.Gate()
-			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
-				if _, err := readRawRequestHead(br); err != nil {
-					return
-				}
-				_, _ = io.WriteString(c, early413)
-				<-answered // reads nothing more until the test has its answer
-			}, answer0)
+			url, answer0 := early413Server(t)
 			limits := "limits:\n  max_request_bytes: 256MiB\n"
 			a := startPairOver(t, transport, url, limits, limits)
 
@@ -137,9 +153,7 @@ func TestEarlyAnswerPastTheDrain(t *testing.T) {
 			resp, err := frReadResponse(br)
 			require.NoError(t, err, "no answer to the large request")
 			answer0()
-			require.Equal(t, 413, resp.Status, resp.String())
-			require.Equal(t, "<h1>body too large</h1>", string(resp.Body))
-			require.Equal(t, "close", resp.Get("Connection"), "the request was not read whole: the connection cannot carry another")
+			requireEarly413(t, resp)
 			_, err = br.ReadByte()
 			require.Error(t, err, "the edge kept a connection whose request it did not read")
 		})
@@ -156,14 +170,7 @@ func TestEarlyAnswerOverASlowLink(t *testing.T) {
 	for _, transport := range []string{"tcp", "udp"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			answered, answer0 := testutil.Gate()
-			url := "http://" + testutil.RawServer(t, func(c net.Conn, br *bufio.Reader) {
-				if _, err := readRawRequestHead(br); err != nil {
-					return
-				}
-				_, _ = io.WriteString(c, early413)
-				<-answered
-			}, answer0)
+			url, answer0 := early413Server(t)
 			limits := "limits:\n  max_request_bytes: 16MiB\n"
 			a := newPairAddrs(t)
 			startGateway(t, a.OriginAdmin, originYAML(a, url, limits))
@@ -192,9 +199,7 @@ func TestEarlyAnswerOverASlowLink(t *testing.T) {
 			require.NoError(t, err, "no answer to the large request")
 			answer0()
 			took := time.Since(start)
-			require.Equal(t, 413, resp.Status, resp.String())
-			require.Equal(t, "<h1>body too large</h1>", string(resp.Body))
-			require.Equal(t, "close", resp.Get("Connection"), "the request was not taken whole")
+			requireEarly413(t, resp)
 			require.Less(t, took, 15*time.Second, "the answer waited for the request to cross the link")
 			t.Logf("answer after %v", took)
 			<-sent // the edge lingers, then closes: the write ends either way
