@@ -435,6 +435,9 @@ type originExchange struct {
 	// The response's way into the tunnel (relayResponse), here to be allocated with x.
 	busy  busyStream
 	ahead readAhead
+	// bodyHead is the request body but its last byte, on its way to the upstream
+	// (sendRequest), here for the same reason.
+	bodyHead io.LimitedReader
 }
 
 func (x *originExchange) id() string {
@@ -760,7 +763,9 @@ func (o *Origin) sendRequest(ctx context.Context, uc *upstreamConn, x *originExc
 		// last byte is going first (beforeLastByte, oneway_origin.go).
 		var c int64
 		head := max(req.ContentLength-1, 0)
-		c, err = copyBody(uc.bw, io.LimitReader(body, head))
+		x.bodyHead = io.LimitedReader{R: body, N: head}
+		c, err = copyBody(uc.bw, &x.bodyHead)
+		x.bodyHead.R = nil // body is a pooled reader: x may outlive it (a held exchange)
 		if err == nil && c == head && x.beforeLastByte != nil {
 			if ferr := uc.bw.Flush(); ferr != nil {
 				err = fmt.Errorf("%w: %w", errUpstreamWrite, ferr)
