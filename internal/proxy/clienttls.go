@@ -42,11 +42,8 @@ func (e *Edge) clientHandshake(cc *clientConn, listener string) bool {
 	case errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader):
 		reason = "plain_http"
 		e.m.gatewayErrors.WithLabelValues("edge", causeBadRequest).Inc()
-		ge := &gatewayError{Status: 400, Cause: causeBadRequest, Message: "soapgw: this listener speaks HTTPS (TLS) and the client sent plain HTTP: use an https URL"}
-		_ = re.Conn.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
-		if _, werr := re.Conn.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true)); werr == nil {
-			lingerClose(re.Conn) // its request is unread: a reset would lose the fault
-		}
+		e.faultAndClose(re.Conn, &gatewayError{Status: 400, Cause: causeBadRequest,
+			Message: "soapgw: this listener speaks HTTPS (TLS) and the client sent plain HTTP: use an https URL"})
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		reason = "timeout"
 	case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):

@@ -228,15 +228,21 @@ func (e *Edge) refuseConn(c net.Conn, limit int) {
 	go func() {
 		defer e.wg.Done()
 		defer func() { <-e.refusing }()
-		_ = c.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
 		msg := fmt.Sprintf("soapgw: the edge has %d client connections open (limits.max_client_connections); try again later", limit)
-		ge := &gatewayError{Status: 503, Cause: causeTooManyConns, Message: msg}
-		if _, err := c.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true)); err != nil {
-			_ = c.Close()
-			return
-		}
-		lingerClose(c) // the client may be sending its request: a reset would lose the fault
+		e.faultAndClose(c, &gatewayError{Status: 503, Cause: causeTooManyConns, Message: msg})
 	}()
+}
+
+// faultAndClose answers a connection whose request was never read with ge (a SOAP 1.1
+// Fault in HTTP/1.1, the connection's last response) and closes it, lingering: the
+// client may be sending its request, and a reset would lose the fault.
+func (e *Edge) faultAndClose(c net.Conn, ge *gatewayError) {
+	_ = c.SetWriteDeadline(time.Now().Add(faultWriteTimeout))
+	if _, err := c.Write(faultResponse(nil, ge, e.limits().FaultStatus, soap11, 1, "", true)); err != nil {
+		_ = c.Close()
+		return
+	}
+	lingerClose(c)
 }
 
 // maxRefusing bounds the goroutines answering refused client connections.

@@ -126,10 +126,9 @@ func (o *Origin) ServeStream(ctx context.Context, st Stream) {
 	defer func() { sbr.Reset(nil); readerPool.Put(sbr) }()
 	// Whatever answered the exchange (a gateway fault, or the server before it had read
 	// the whole request: earlyAnswer), the edge may still be sending the request. Closing
-	// the stream with it unread would reset it, and at the edge a reset can overtake the
-	// answer: the client would get tunnel_lost instead of, say, upstream_down or the
-	// server's 413. So the rest is read and dropped first (after every other deferred
-	// step; one read that finds the end when the request was read whole).
+	// the stream with it unread would reset it, and the client's connection would end
+	// after the answer. So the rest is read and dropped first, within bounds (after every
+	// other deferred step; one read that finds the end when the request was read whole).
 	defer discardRefused(tunnelSt, sbr)
 
 	head, err := readHead(sbr, o.limits().MaxHeaderBytes+4096)
@@ -369,8 +368,8 @@ func (o *Origin) tooLarge(st Stream, x *originExchange, err error) {
 }
 
 // discardRefused reads and drops what the edge still sends of a request (up to
-// maxRefusedDrain and for at most refusedDrainTime, within the exchange's progress clock;
-// at once when the stream has failed or the request was read whole). The first read needs
+// maxRefusedDrain and for at most refusedDrainTime, a deadline of its own: the exchange
+// is over; at once when the stream has failed or the request was read whole). The first read needs
 // no buffer of its own. When a bound ends it, the stream's Close resets a request still
 // coming: the answer must have left first (awaitSent), and the edge reads it after its
 // write fails and relays it, closing the client's connection.
